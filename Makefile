@@ -1,0 +1,42 @@
+# Each target installs what it needs into .venv on a fresh machine.
+# Where an NVIDIA driver answers, torch comes with CUDA; elsewhere torch==2.13.0, the CPU build
+# (TORCH_SPEC overrides both, e.g. TORCH_SPEC="torch==2.5.1").
+
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+HAS_NVIDIA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+TORCH_SPEC ?= $(if $(HAS_NVIDIA),torch>=2.3,torch==2.13.0)
+ARGS ?=
+
+.PHONY: install train test test-fast lint format clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+train: install  ## train the default job on the detected hardware (ARGS="+hw=t4 ..." to pass overrides)
+	$(PY) train.py $(ARGS)
+
+test: install  ## the whole test suite (under 10 minutes on 2 cores)
+	$(PY) -m pytest -q
+
+test-fast: install  ## the suite without the end-to-end runs
+	$(PY) -m pytest -q -m "not slow"
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: install
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

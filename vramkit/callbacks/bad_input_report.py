@@ -1,0 +1,64 @@
+"""Counts the inputs a run had to skip and says so at the end of every epoch."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import lightning as L
+
+log = logging.getLogger(__name__)
+
+
+class BadInputReport(L.Callback):
+    """Sums the ``skipped`` count that the text-detection collate puts in every batch.
+
+    A corrupt image is dropped in the loader worker (which warns with its file name); this
+    callback turns those drops, and the malformed annotation lines the datasets counted when they
+    were built, into one summary line per epoch and the metrics ``data/skipped_<phase>_images``.
+    """
+
+    def __init__(self) -> None:
+        self._skipped = {"train": 0, "val": 0}
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        problems = getattr(trainer.datamodule, "data_problems", None)
+        if problems is None:
+            return
+        counts = {name: count for name, count in problems().items() if count}
+        if counts:
+            log.warning("Input problems found while reading the annotations: %s", counts)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._skipped["train"] = 0
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._skipped["val"] = 0
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
+    ) -> None:
+        self._skipped["train"] += int(batch.get("skipped", 0))
+
+    def on_validation_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
+    ) -> None:
+        self._skipped["val"] += int(batch.get("skipped", 0))
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._report(pl_module, "train")
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._report(pl_module, "val")
+
+    def _report(self, pl_module: L.LightningModule, phase: str) -> None:
+        skipped = self._skipped[phase]
+        pl_module.log(f"data/skipped_{phase}_images", float(skipped))
+        if skipped:
+            log.warning(
+                "%s epoch %d: skipped %d unreadable image(s); the loader warnings above name them",
+                phase,
+                pl_module.current_epoch,
+                skipped,
+            )

@@ -1,0 +1,29 @@
+"""The one place where config nodes become objects."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+
+def instantiate(node: DictConfig, **kwargs: Any) -> Any:
+    """Build the object a config node describes with ``_target_``; ``kwargs`` add to its fields."""
+    if "_target_" not in node:
+        raise ValueError(f"config node has no _target_: keys are {sorted(node.keys())}")
+    return hydra.utils.instantiate(node, **kwargs)
+
+
+def instantiate_group(group: DictConfig | None) -> list[Any]:
+    """Build every entry of a group such as ``callbacks`` or ``logger`` (name → node), in order."""
+    objects = []
+    for name, node in (group or {}).items():
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            raise ValueError(f"{name}: a group entry needs a _target_, got {node!r}")
+        log.debug("instantiating %s <%s>", name, node._target_)
+        objects.append(hydra.utils.instantiate(node))
+    return objects
