@@ -38,9 +38,7 @@ def shared_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def compose_config(
-    tmp_path: Path, shared_data_dir: Path
-) -> Iterator[Callable[..., DictConfig]]:
+def compose_config(tmp_path: Path, shared_data_dir: Path) -> Iterator[Callable[..., DictConfig]]:
     """Compose ``conf/<name>.yaml`` with overrides, as ``python train.py ...`` would.
 
     The run's output goes to this test's tmp_path and generated data to the session's data folder.

@@ -88,7 +88,9 @@ def _run_train(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA"
+)
 def test_literal_plus_hw_t4_refuses_on_a_cpu_machine(tmp_path):
     result = _run_train(
         "+hw=t4", f"paths.log_dir={tmp_path}", f"paths.data_dir={tmp_path}/data", cwd=tmp_path
@@ -103,7 +105,8 @@ def test_literal_plus_hw_t4_refuses_on_a_cpu_machine(tmp_path):
 
 
 def test_typo_on_the_command_line_names_the_key(tmp_path):
-    result = _run_train("+hw=cpu", "+hw.precison=16-mixed", f"paths.log_dir={tmp_path}",
-                        cwd=tmp_path)
+    result = _run_train(
+        "+hw=cpu", "+hw.precison=16-mixed", f"paths.log_dir={tmp_path}", cwd=tmp_path
+    )
     assert result.returncode != 0
     assert "precison" in result.stdout + result.stderr

@@ -25,9 +25,15 @@ def _metric_names(run_dir: Path) -> set[str]:
 
 
 def test_fast_dev_run_of_the_default_task(compose_config):
-    cfg = compose_config("+hw=cpu", "debug=fdr", "data.synthetic.num_train=4",
-                         "data.synthetic.num_val=2", "data.synthetic.image_size=128",
-                         "data.image_size=128", "data.val_image_size=128")
+    cfg = compose_config(
+        "+hw=cpu",
+        "debug=fdr",
+        "data.synthetic.num_train=4",
+        "data.synthetic.num_val=2",
+        "data.synthetic.image_size=128",
+        "data.image_size=128",
+        "data.val_image_size=128",
+    )
     train(cfg)
     assert (Path(cfg.paths.output_dir) / "resolved_config.yaml").is_file()
 
@@ -51,8 +57,9 @@ def test_a_run_resumes_from_its_last_checkpoint(compose_config):
     last = Path(first.paths.output_dir) / "checkpoints" / "last.ckpt"
     resumed = compose_config(*TINY, "logger=csv", "trainer.max_epochs=2", f"ckpt_path={last}")
     train(resumed)
-    state = torch.load(Path(resumed.paths.output_dir) / "checkpoints" / "last.ckpt",
-                       weights_only=False)
+    state = torch.load(
+        Path(resumed.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False
+    )
     assert state["epoch"] == 1  # the second epoch ran, the first was not repeated
 
 
@@ -60,10 +67,22 @@ def test_a_run_resumes_from_its_last_checkpoint(compose_config):
 def test_two_job_multirun_writes_two_run_dirs(tmp_path, shared_data_dir):
     env = {**os.environ, "PROJECT_ROOT": str(REPO_ROOT)}
     result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "train.py"), "-m", *TINY, "logger=csv",
-         "model.optimizer.lr=0.001,0.003", "trainer.max_epochs=1",
-         f"paths.log_dir={tmp_path}", f"paths.data_dir={shared_data_dir}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(REPO_ROOT / "train.py"),
+            "-m",
+            *TINY,
+            "logger=csv",
+            "model.optimizer.lr=0.001,0.003",
+            "trainer.max_epochs=1",
+            f"paths.log_dir={tmp_path}",
+            f"paths.data_dir={shared_data_dir}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (sweep_dir,) = (tmp_path / "text_detection" / "multiruns").iterdir()

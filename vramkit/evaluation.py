@@ -48,7 +48,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     predictions_dir.mkdir(parents=True, exist_ok=True)
     written = 0
     for batch in predictions:
-        for name, boxes, scores in zip(batch["names"], batch["boxes"], batch["scores"], strict=True):
+        for name, boxes, scores in zip(
+            batch["names"], batch["boxes"], batch["scores"], strict=True
+        ):
             write_detections(predictions_dir / f"res_{name}.txt", boxes, scores)
             written += 1
     log.info("wrote %d submission files to %s", written, predictions_dir)

@@ -51,12 +51,18 @@ def _optimized_metric(trainer: L.Trainer, name: str | None) -> float | None:
     if name is None:
         return None
     checkpoint = trainer.checkpoint_callback
-    if checkpoint is not None and getattr(checkpoint, "monitor", None) == name:
-        if checkpoint.best_model_score is not None:
-            return float(checkpoint.best_model_score)
+    if (
+        checkpoint is not None
+        and getattr(checkpoint, "monitor", None) == name
+        and checkpoint.best_model_score is not None
+    ):
+        return float(checkpoint.best_model_score)
     value = trainer.callback_metrics.get(name)
     if value is None:
-        log.warning("optimized_metric %r was never logged; known metrics: %s", name,
-                    sorted(trainer.callback_metrics))
+        log.warning(
+            "optimized_metric %r was never logged; known metrics: %s",
+            name,
+            sorted(trainer.callback_metrics),
+        )
         return None
     return float(value)

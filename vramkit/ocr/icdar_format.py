@@ -115,7 +115,9 @@ def read_detections(path: str | Path, *, strict: bool = False) -> Annotation:
         parts = [p.strip() for p in line.split(",")]
         try:
             if len(parts) not in (8, 9):
-                raise ValueError(f"expected 8 coordinates and an optional confidence, found {len(parts)} fields")
+                raise ValueError(
+                    f"expected 8 coordinates and an optional confidence, found {len(parts)} fields"
+                )
             polygon = _parse_coords(parts[:8])
         except ValueError as error:
             bad = BadLine(path, number, str(error))
@@ -129,12 +131,15 @@ def read_detections(path: str | Path, *, strict: bool = False) -> Annotation:
     return annotation
 
 
+def _format_coords(polygon: np.ndarray) -> str:
+    return ",".join(str(round(float(v))) for v in np.asarray(polygon).reshape(-1))
+
+
 def write_ground_truth(path: str | Path, polygons: list[np.ndarray], texts: list[str]) -> None:
     """Write a ``gt_<name>.txt`` file (UTF-8 with BOM, as the official release has it)."""
     lines = []
     for polygon, text in zip(polygons, texts, strict=True):
-        coords = ",".join(str(int(round(float(v)))) for v in np.asarray(polygon).reshape(-1))
-        lines.append(f"{coords},{text}")
+        lines.append(f"{_format_coords(polygon)},{text}")
     Path(path).write_text("\ufeff" + "\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
 
 
@@ -144,7 +149,7 @@ def write_detections(
     """Write a ``res_<name>.txt`` submission file, integer coordinates, optional confidence."""
     lines = []
     for index, polygon in enumerate(polygons):
-        coords = ",".join(str(int(round(float(v)))) for v in np.asarray(polygon).reshape(-1))
+        coords = _format_coords(polygon)
         if scores is not None:
             coords += f",{scores[index]:.4f}"
         lines.append(coords)
