@@ -19,9 +19,14 @@ def instantiate(node: DictConfig, **kwargs: Any) -> Any:
 
 
 def instantiate_group(group: DictConfig | None) -> list[Any]:
-    """Build every entry of a group such as ``callbacks`` or ``logger`` (name → node), in order."""
+    """Build every entry of a group such as ``callbacks`` or ``logger`` (name → node), in order.
+
+    An entry set to null (``callbacks.learning_rate_monitor=null``) is left out.
+    """
     objects = []
     for name, node in (group or {}).items():
+        if node is None:
+            continue
         if not isinstance(node, DictConfig) or "_target_" not in node:
             raise ValueError(f"{name}: a group entry needs a _target_, got {node!r}")
         log.debug("instantiating %s <%s>", name, node._target_)

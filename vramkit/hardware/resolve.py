@@ -136,7 +136,8 @@ def _data_default(
         )
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ProfileError(
-            f"{_DEFAULTS_KEY}.{data_key} must be a positive int (hw.{field} is 'auto'), got {value!r}",
+            f"{_DEFAULTS_KEY}.{data_key} must be a positive int (hw.{field} is 'auto'), "
+            f"got {value!r}",
             keys=(field,),
         )
     return value

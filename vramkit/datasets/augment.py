@@ -1,0 +1,218 @@
+"""Image augmentation for text detection, carrying the text polygons along (albumentations 2).
+
+Polygons travel through the pipeline as keypoints, four per quadrilateral, with
+``remove_invisible=False`` so that none is ever dropped and their order is kept: the i-th group
+of four points out of the pipeline is the i-th polygon in. Points may end up outside the image;
+the target maps clip them.
+
+Flips are left out on purpose: a mirrored word is not text the detector will ever see.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import albumentations as A
+import cv2
+import numpy as np
+import torch
+from albumentations.augmentations.geometric import functional as fgeometric
+
+KEYPOINT_PARAMS = A.KeypointParams(format="xy", remove_invisible=False)
+
+
+class ScaleRotateCrop(A.DualTransform):
+    """Random scale and rotation, then a ``size`` x ``size`` px crop, in ONE warp.
+
+    Equivalent to ``Affine(fit_output=True)`` + ``PadIfNeeded`` + a crop, without warping the
+    whole enlarged image first (a 3x zoom of a 1280x720 photo is 25 MB that a 640 px crop would
+    mostly throw away).
+
+    - ``scale``: zoom range relative to the native size, drawn log-uniformly (a range like
+      (0.5, 2.0) zooms in and out equally often).
+    - ``rotate_limit``: rotation drawn uniformly from ±``rotate_limit`` degrees.
+    - ``text_crop_probability``: chance that the crop window is placed around one of the
+      ``text_anchors`` (an (K, 2) px array passed with the data, e.g. care-word centres)
+      instead of uniformly. Where the transformed image is smaller than the crop, it lands at a
+      random place in the window and the rest is black.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        scale: tuple[float, float] = (0.5, 2.0),
+        rotate_limit: float = 10.0,
+        text_crop_probability: float = 0.9,
+        p: float = 1.0,
+    ) -> None:
+        super().__init__(p=p)
+        low, high = (float(v) for v in scale)
+        if not 0 < low <= high:
+            raise ValueError(f"scale must be a range 0 < low <= high, got {scale!r}")
+        if not 0.0 <= text_crop_probability <= 1.0:
+            raise ValueError(
+                f"text_crop_probability must lie in [0, 1], got {text_crop_probability}"
+            )
+        self.size = int(size)
+        self.scale = (low, high)
+        self.rotate_limit = float(rotate_limit)
+        self.text_crop_probability = float(text_crop_probability)
+
+    def get_transform_init_args_names(self) -> tuple[str, ...]:
+        return ("size", "scale", "rotate_limit", "text_crop_probability")
+
+    def _window_start(self, low: float, high: float, anchor: float | None) -> float:
+        """Start of the crop window along one axis of the transformed image [low, high]."""
+        if high - low >= self.size:
+            first, last = low, high - self.size  # the window stays inside the image
+        else:
+            first, last = high - self.size, low  # the window holds the whole image
+        if anchor is None:
+            return self.py_random.uniform(first, last)
+        start = anchor - self.py_random.uniform(0.1, 0.9) * self.size
+        return min(max(start, first), last)
+
+    def get_params_dependent_on_data(
+        self, params: dict[str, Any], data: dict[str, Any]
+    ) -> dict[str, Any]:
+        height, width = params["shape"][:2]
+        low, high = self.scale
+        scale = math.exp(self.py_random.uniform(math.log(low), math.log(high)))
+        angle = self.py_random.uniform(-self.rotate_limit, self.rotate_limit)
+        zoom = np.eye(3)
+        zoom[:2] = cv2.getRotationMatrix2D((width / 2.0, height / 2.0), angle, scale)
+        corners = np.array([[0, 0, 1], [width, 0, 1], [width, height, 1], [0, height, 1]])
+        outline = corners @ zoom[:2].T
+        anchors = data.get("text_anchors")
+        anchor = None
+        if (
+            anchors is not None
+            and len(anchors)
+            and self.py_random.random() < self.text_crop_probability
+        ):
+            chosen = np.asarray(anchors[self.py_random.randrange(len(anchors))], dtype=np.float64)
+            anchor = zoom[:2, :2] @ chosen + zoom[:2, 2]
+        x0 = self._window_start(
+            outline[:, 0].min(), outline[:, 0].max(), None if anchor is None else anchor[0]
+        )
+        y0 = self._window_start(
+            outline[:, 1].min(), outline[:, 1].max(), None if anchor is None else anchor[1]
+        )
+        shift = np.array([[1, 0, -x0], [0, 1, -y0], [0, 0, 1]])
+        return {"matrix": shift @ zoom, "zoom": scale}
+
+    def apply(self, img: np.ndarray, matrix: np.ndarray, **params: Any) -> np.ndarray:
+        return cv2.warpAffine(
+            img,
+            matrix[:2],
+            (self.size, self.size),
+            flags=cv2.INTER_LINEAR,
+            borderMode=cv2.BORDER_CONSTANT,
+            borderValue=0,
+        )
+
+    def apply_to_mask(self, mask: np.ndarray, matrix: np.ndarray, **params: Any) -> np.ndarray:
+        return cv2.warpAffine(
+            mask,
+            matrix[:2],
+            (self.size, self.size),
+            flags=cv2.INTER_NEAREST,
+            borderMode=cv2.BORDER_CONSTANT,
+            borderValue=0,
+        )
+
+    def apply_to_keypoints(
+        self, keypoints: np.ndarray, matrix: np.ndarray, zoom: float, **params: Any
+    ) -> np.ndarray:
+        return fgeometric.keypoints_affine(
+            keypoints, matrix, params["shape"][:2], {"x": zoom, "y": zoom}, cv2.BORDER_CONSTANT
+        )
+
+
+class PolygonTransform:
+    """Applies an albumentations pipeline to an image and its polygons.
+
+    ``anchor_crops``: the pipeline holds :class:`ScaleRotateCrop`, so the centres of the care
+    polygons are passed along for it to place its crop around text.
+
+    Every process re-seeds the pipeline on first use from ``torch.initial_seed()`` (distinct in
+    each DataLoader worker, fixed by ``seed_everything`` in the main process): albumentations keeps
+    its own random state, which forked workers would otherwise share and repeat.
+    """
+
+    def __init__(self, pipeline: A.Compose, *, anchor_crops: bool = False) -> None:
+        self.pipeline = pipeline
+        self.anchor_crops = anchor_crops
+        self._seeded_in_pid: int | None = None
+
+    def __call__(
+        self,
+        image: np.ndarray,
+        polygons: Sequence[np.ndarray],
+        ignore: Sequence[bool] | None = None,
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Transform an (H, W, 3) uint8 image and its (N, 2) px polygons, in order.
+
+        ``ignore`` (optional) marks ``###`` polygons, which text-centred crops do not aim at.
+        """
+        if self._seeded_in_pid != os.getpid():
+            self.pipeline.set_random_seed(torch.initial_seed() % 2**32)
+            self._seeded_in_pid = os.getpid()
+        arrays = [np.asarray(polygon, dtype=np.float32).reshape(-1, 2) for polygon in polygons]
+        sizes = [len(array) for array in arrays]
+        keypoints = np.concatenate(arrays) if arrays else np.zeros((0, 2), dtype=np.float32)
+        inputs: dict[str, Any] = {"image": image, "keypoints": keypoints}
+        if self.anchor_crops:
+            inputs["text_anchors"] = [
+                array.mean(axis=0)
+                for index, array in enumerate(arrays)
+                if len(array) and (ignore is None or not ignore[index])
+            ]
+        output = self.pipeline(**inputs)
+        moved = np.asarray(output["keypoints"], dtype=np.float32).reshape(-1, 2)
+        if len(moved) != len(keypoints):
+            raise RuntimeError(
+                f"the augmentation pipeline returned {len(moved)} keypoints for {len(keypoints)}; "
+                "it must keep every point (remove_invisible=False)"
+            )
+        bounds = np.cumsum([0, *sizes])
+        return output["image"], [moved[start:end] for start, end in itertools.pairwise(bounds)]
+
+
+def build_train_transform(
+    image_size: int = 640,
+    *,
+    scale: tuple[float, float] = (0.5, 2.0),
+    rotate_limit: float = 10.0,
+    text_crop_probability: float = 0.9,
+    colour_jitter: bool = True,
+) -> PolygonTransform:
+    """Random scale and rotation with an ``image_size`` px square crop, then colour jitter.
+
+    See :class:`ScaleRotateCrop` for ``scale`` (relative to the native size, the paper's
+    recipe), ``rotate_limit`` (degrees) and ``text_crop_probability``.
+    """
+    transforms: list[A.BasicTransform] = [
+        ScaleRotateCrop(
+            image_size,
+            scale=scale,
+            rotate_limit=rotate_limit,
+            text_crop_probability=text_crop_probability,
+        )
+    ]
+    if colour_jitter:
+        transforms.append(
+            A.ColorJitter(brightness=0.3, contrast=0.3, saturation=0.3, hue=0.03, p=0.8)
+        )
+    pipeline = A.Compose(transforms, keypoint_params=KEYPOINT_PARAMS)
+    return PolygonTransform(pipeline, anchor_crops=text_crop_probability > 0)
+
+
+def build_val_transform(image_size: int = 640) -> PolygonTransform:
+    """Resize the whole image to ``image_size`` x ``image_size`` px (aspect ratio not kept)."""
+    pipeline = A.Compose([A.Resize(image_size, image_size)], keypoint_params=KEYPOINT_PARAMS)
+    return PolygonTransform(pipeline)
