@@ -363,9 +363,10 @@ def describe_profile(profile: HardwareProfile) -> str:
         + (f" (effective batch {effective})" if effective is not None else "")
     )
     workers = f"{profile.num_workers} worker" + ("" if profile.num_workers == 1 else "s")
+    check = "strict" if profile.strict else "relaxed (hw.strict=false)"
     loader = (
         f"loader {workers}, pin_memory {_on_off(profile.pin_memory)}; "
-        f"compile {_on_off(profile.compile)}; strict {_on_off(profile.strict)}"
+        f"compile {_on_off(profile.compile)}; device check {check}"
     )
     return "\n".join(
         [head, f"  precision {profile.precision}, {budget}", f"  {batches}", f"  {loader}"]
