@@ -1,0 +1,130 @@
+"""A rich progress bar that also shows the run's ETA, the learning rate and memory in use."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import RichProgressBar
+
+_GIB = 2**30
+
+
+def resident_set_gib() -> float | None:
+    """This process's resident set size (GiB): psutil when installed, else /proc/self/statm.
+
+    None where neither is available (no psutil on a system without /proc).
+    """
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        return psutil.Process().memory_info().rss / _GIB
+    try:
+        with open("/proc/self/statm") as handle:
+            resident_pages = int(handle.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return resident_pages * os.sysconf("SC_PAGE_SIZE") / _GIB
+
+
+def memory_in_use(device: torch.device) -> str | None:
+    """A short memory reading: CUDA allocated/reserved GiB on a GPU, else the process RSS.
+
+    Reading the CUDA allocator's counters does not synchronise the device.
+    """
+    if device.type == "cuda":
+        allocated = torch.cuda.memory_allocated(device) / _GIB
+        reserved = torch.cuda.memory_reserved(device) / _GIB
+        return f"{allocated:.2f}/{reserved:.2f} GiB"
+    rss = resident_set_gib()
+    return None if rss is None else f"{rss:.2f} GiB rss"
+
+
+def current_learning_rate(trainer: L.Trainer) -> float | None:
+    """The first optimizer's first parameter group's learning rate; None before optimizers exist."""
+    optimizers = trainer.optimizers
+    if not optimizers or not optimizers[0].param_groups:
+        return None
+    return float(optimizers[0].param_groups[0]["lr"])
+
+
+class RunProgressBar(RichProgressBar):
+    """Lightning's rich progress bar plus ``eta`` (the whole fit), ``lr`` and ``mem``.
+
+    The bar's own time column shows elapsed and remaining time of the current epoch; ``eta``
+    extrapolates the time per optimizer step so far to the steps left in the fit (validation
+    time included in proportion). Everything shown is recomputed at most every
+    ``metrics_interval_s`` seconds: Lightning turns the logged metrics into Python numbers for
+    the bar, which on a GPU waits for the device, and doing that on every step would cost
+    throughput.
+
+    Args:
+        refresh_rate: redraws per second (0 hides the bar).
+        leave: keep each finished epoch's bar on screen.
+        metrics_interval_s: seconds between two readings of the metrics, lr, memory and ETA.
+        console_kwargs: passed to ``rich.console.Console``.
+    """
+
+    def __init__(
+        self,
+        refresh_rate: int = 10,
+        leave: bool = False,
+        metrics_interval_s: float = 0.5,
+        console_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if metrics_interval_s < 0:
+            raise ValueError(
+                f"RunProgressBar: metrics_interval_s must be ≥ 0 s, got {metrics_interval_s!r}"
+            )
+        super().__init__(refresh_rate=refresh_rate, leave=leave, console_kwargs=console_kwargs)
+        self.metrics_interval_s = metrics_interval_s
+        self._cached: dict[str, Any] | None = None
+        self._cached_at = -math.inf
+        self._fit_started_at: float | None = None
+        self._first_step = 0
+        self._total_steps = math.inf
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        self._fit_started_at = time.monotonic()
+        self._first_step = trainer.global_step  # a resumed run starts counting from here
+        self._total_steps = trainer.estimated_stepping_batches  # of the whole fit, from step 0
+        self._cached = None
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._cached = None  # the epoch's final numbers, not a reading from half a second ago
+        super().on_train_epoch_end(trainer, pl_module)
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        now = time.monotonic()
+        if self._cached is not None and now - self._cached_at < self.metrics_interval_s:
+            return self._cached
+        items: dict[str, Any] = dict(super().get_metrics(trainer, pl_module))
+        eta = self.run_eta_seconds(trainer)
+        if eta is not None:
+            items["eta"] = str(timedelta(seconds=round(eta)))
+        lr = current_learning_rate(trainer)
+        if lr is not None:
+            items["lr"] = f"{lr:.2e}"
+        memory = memory_in_use(trainer.strategy.root_device)
+        if memory is not None:
+            items["mem"] = memory
+        self._cached, self._cached_at = items, now
+        return items
+
+    def run_eta_seconds(self, trainer: L.Trainer) -> float | None:
+        """Seconds left in the fit at the pace of the optimizer steps so far; None if unknown."""
+        if self._fit_started_at is None:
+            return None
+        done = trainer.global_step - self._first_step
+        if done <= 0 or not math.isfinite(self._total_steps):
+            return None
+        elapsed = time.monotonic() - self._fit_started_at
+        return max(0.0, elapsed / done * (self._total_steps - trainer.global_step))
