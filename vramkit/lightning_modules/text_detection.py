@@ -5,19 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import lightning as L
 import numpy as np
 import torch
 from torch import nn
 
 from vramkit.lightning_modules.lr_schedules import WarmupPolySchedule
+from vramkit.lightning_modules.oom_resilient import OOMResilientModule
 from vramkit.ocr.evaluate import ImageCounts, match_image, summarize
 from vramkit.ocr.postprocess import PostprocessConfig, boxes_from_probability
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
 
 
-class TextDetectionModule(L.LightningModule):
+class TextDetectionModule(OOMResilientModule):
     """Trains a DBNet and reports ``val/precision``, ``val/recall`` and ``val/hmean`` every epoch.
 
     Validation batches carry the original polygons and image sizes: the predicted probability

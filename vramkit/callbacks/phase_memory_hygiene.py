@@ -1,0 +1,50 @@
+"""Clean memory between training and validation, both ways, and before testing."""
+
+from __future__ import annotations
+
+import gc
+import logging
+
+import lightning as L
+import torch
+from lightning.pytorch.trainer.states import TrainerFn
+
+log = logging.getLogger(__name__)
+
+
+class PhaseMemoryHygiene(L.Callback):
+    """``gc.collect()``, ``torch.cuda.empty_cache()`` and a reset of the CUDA peak statistics
+    when validation starts, when it ends (training resumes) and when testing starts.
+
+    Lightning empties the CUDA cache at setup, teardown and checkpoint load but never between
+    phases, so validation inherits the training step's cached blocks (and their fragmentation)
+    and the peak statistics mix both phases. The CUDA calls run only once CUDA has been
+    initialised in this process: on a CPU run only the garbage collector runs.
+    """
+
+    def __init__(self) -> None:
+        self.cleanings = 0  # how often it cleaned, for the run's debug log and for tests
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._clean("before validation")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.FITTING:
+            self._clean("after validation, before training resumes")
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._clean("before testing")
+
+    def _clean(self, when: str) -> None:
+        collected = gc.collect()
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        self.cleanings += 1
+        log.debug(
+            "memory hygiene %s: %d objects collected%s",
+            when,
+            collected,
+            ", CUDA cache emptied, peaks reset" if cuda else "",
+        )
