@@ -27,7 +27,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     checkpoint = Path(cfg.ckpt_path)
     if not checkpoint.is_file():
         raise FileNotFoundError(f"ckpt_path: no checkpoint file at {checkpoint}")
-    profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir))
+    # Evaluation never trains: a planner's training-phase search would only cost time.
+    profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), plan_batches=False)
     log.info("Hardware profile\n%s", describe_profile(profile))
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)

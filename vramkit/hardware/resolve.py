@@ -35,15 +35,22 @@ _DATA_DEFAULTS = (
 
 
 def resolve_hardware(
-    cfg: DictConfig, *, conf_dir: Path, device: DeviceInfo | None = None
+    cfg: DictConfig,
+    *,
+    conf_dir: Path,
+    device: DeviceInfo | None = None,
+    plan_batches: bool = True,
 ) -> HardwareProfile:
     """Settle the run's hardware profile and write it into `cfg.hw`; return it.
 
     Without `cfg.hw` (no `+hw=` given) the profile is detected from `device` (probed when None)
     and loaded from `conf_dir/hw/<name>.yaml`; `hw.*` keys given without a profile are merged on
-    top. Raises `ProfileError` for an invalid profile or missing data defaults, and
-    `HardwareMismatchError` when a strict profile does not fit the device. Prints one line for
-    each decision it takes (detection, mapping, memory cap, auto batch sizes, accumulation).
+    top. On a GPU, "auto" batch sizes come from the memory planner when `plan_batches` is true
+    and `cfg` has a model and data to plan (else, and on a CPU, from the task's stated defaults).
+    Raises `ProfileError` for an invalid profile or missing data defaults,
+    `HardwareMismatchError` when a strict profile does not fit the device, and the planner's
+    `DoesNotFitError` when not even one sample fits. Prints one line for each decision it takes
+    (detection, mapping, memory cap, auto batch sizes, accumulation).
     """
     conf_dir = Path(conf_dir)
     hw_dir = conf_dir / "hw"
@@ -80,7 +87,8 @@ def resolve_hardware(
     if fit.memory_cap is not None:
         _echo(_memory_cap_line(fit.profile, device, apply_memory_cap(fit.profile, device)))
 
-    resolved = resolve_batch_sizes(fit.profile, cfg.get(_DEFAULTS_KEY), source)
+    planned = _planned_batch_sizes(cfg, fit.profile) if plan_batches else fit.profile
+    resolved = resolve_batch_sizes(planned, cfg.get(_DEFAULTS_KEY), source)
     with open_dict(cfg):
         cfg.hw = dataclasses.asdict(resolved)
     return resolved
@@ -122,6 +130,31 @@ def resolve_batch_sizes(
         line += f"; replaces accumulate_grad_batches {profile.accumulate_grad_batches}"
     _echo(line)
     return dataclasses.replace(profile, accumulate_grad_batches=accumulate)
+
+
+def _planned_batch_sizes(cfg: DictConfig, profile: HardwareProfile) -> HardwareProfile:
+    """A GPU profile with its "auto" batch sizes resolved by the memory planner."""
+    plannable = all(
+        isinstance(cfg.get(key), DictConfig) and "_target_" in cfg[key] for key in ("model", "data")
+    )
+    wants_auto = AUTO in (profile.batch_size, profile.val_batch_size)
+    if profile.accelerator != "gpu" or not wants_auto or not plannable:
+        return profile
+    # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
+    from vramkit.hardware.planner import DoesNotFitError, PlanningError, resolve_auto_batch_sizes
+
+    try:
+        train, val, accumulate, lines = resolve_auto_batch_sizes(cfg, profile)
+    except DoesNotFitError:
+        raise
+    except PlanningError as error:
+        _echo(f"memory planner unavailable ({error}); 'auto' takes the task's stated defaults")
+        return profile
+    for line in lines:
+        _echo(line)
+    return dataclasses.replace(
+        profile, batch_size=train, val_batch_size=val, accumulate_grad_batches=accumulate
+    )
 
 
 def _data_default(

@@ -1,0 +1,86 @@
+"""Plan a training run's GPU memory on any machine, before launching it.
+
+    python scripts/plan_memory.py +hw=t4 [any train.py override] [--json]
+
+Composes the config exactly as `python train.py` does, takes the hardware profile as the
+target (no device check: a T4 plan is made on a laptop CPU), builds the task's datamodule and
+LightningModule, traces two optimizer steps and a validation step on fake tensors, and prints
+the breakdown per phase against the profile's budget, with remedies when it does not fit.
+"auto" batch sizes are searched: the largest that fit. `--json` prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from vramkit.hardware.planner import PlanningError, plan_json, plan_table, plan_task
+from vramkit.hardware.planner.config import compose_train_config, target_profile
+from vramkit.hardware.profile import AUTO, HardwareProfile, ProfileError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Other arguments are Hydra overrides, as for train.py: +hw=t4 model=dbnet_r18 …",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--no-remedies", action="store_true", help="skip planning remedies when it does not fit"
+    )
+    return parser.parse_known_args(argv)
+
+
+def _requested(value: int | str, cfg: DictConfig, profile: HardwareProfile, key: str) -> int | None:
+    if value != AUTO:
+        return int(value)
+    if profile.budget_gib is not None:
+        return None  # searched
+    defaults = cfg.get("batch_size_defaults") or {}
+    if defaults.get(key) is None:
+        raise ProfileError(
+            f"profile {profile.name} has no memory budget to search batch sizes and the task "
+            f"has no batch_size_defaults.{key}"
+        )
+    return int(defaults[key])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the plan; exit status 0 when it fits (or there is no budget), 1 when it does not."""
+    args, overrides = parse_args(argv)
+    os.environ.setdefault("PROJECT_ROOT", str(REPO_ROOT))  # as train.py: paths.root_dir reads it
+    conf_dir = REPO_ROOT / "conf"
+    try:
+        cfg = compose_train_config(overrides, conf_dir)
+        profile = target_profile(cfg, conf_dir)
+        plan = plan_task(
+            cfg,
+            profile,
+            train_batch_size=_requested(profile.batch_size, cfg, profile, "train"),
+            val_batch_size=_requested(profile.val_batch_size, cfg, profile, "val"),
+            with_remedies=not args.no_remedies,
+        )
+    except (
+        ProfileError,
+        PlanningError,
+        ValueError,
+        HydraException,
+        OmegaConfBaseException,
+    ) as error:
+        print(f"plan_memory: error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(plan_json(plan), indent=2) if args.json else plan_table(plan))
+    return 1 if plan.fits is False else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""`python scripts/plan_memory.py +hw=t4 …` on the default text detection task (tiny data)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from hydra.core.hydra_config import HydraConfig
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "plan_memory.py"
+
+
+@pytest.fixture(scope="module")
+def plan_memory():
+    spec = importlib.util.spec_from_file_location("plan_memory_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    HydraConfig.instance().cfg = None  # later tests must not see the script's Hydra settings
+
+
+@pytest.mark.slow
+def test_json_plan_of_the_default_task_on_a_t4(plan_memory, shared_data_dir, capsys):
+    status = plan_memory.main(
+        ["+hw=t4", "debug=smoke", f"paths.data_dir={shared_data_dir}", "--json"]
+    )
+    plan = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert plan["profile"] == "t4" and plan["precision"] == "16-mixed"
+    assert plan["budget_gib"] == pytest.approx(14.6 * 0.85, abs=0.01)
+    assert plan["fits"] is True and plan["remedies"] == []
+    for phase, samples in (("train", 16), ("val", 4)):  # the smoke dataset's sizes
+        assert plan[phase]["searched"] is True
+        assert plan[phase]["batch_size"] == samples  # everything fits: all samples in one batch
+        breakdown = plan[phase]["breakdown"]
+        assert breakdown["parameters"] > 0 and breakdown["optimizer_state"] > 0
+        assert plan[phase]["peak_gib"] == breakdown["total"] <= plan["budget_gib"]
+
+
+def test_a_profile_typo_is_an_error_naming_the_key(plan_memory, capsys):
+    status = plan_memory.main(["+hw=t4", "+hw.precison=16-mixed"])
+    error = capsys.readouterr().err
+    assert status == 2
+    assert "hw.precison" in error and "did you mean hw.precision?" in error

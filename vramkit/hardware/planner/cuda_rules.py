@@ -1,0 +1,158 @@
+"""What a CUDA device does with memory that a trace on CPU tensors cannot see by itself.
+
+The planner traces fake CPU tensors (a CPU build of torch cannot run autograd on fake `cuda`
+tensors) and applies these rules so that the numbers are the ones a CUDA run would produce:
+
+- the caching allocator rounds every block up to 512 B (`round_allocation`);
+- it reserves more than it hands out (fragmentation, `RESERVE_FACTOR`), and the CUDA context
+  and library workspaces take memory no tracer sees (`overhead_bytes`);
+- mixed precision casts per CUDA's autocast op lists (`autocast_rules`), and the attention
+  kernel follows the compute capability (`sdpa_backend`, `attention_rules`);
+- optimizers default to their multi-tensor (`foreach`) implementation on CUDA, which
+  allocates a parameter-sized temporary list during AdamW's step.
+
+The allowances are stated constants (DESIGN.md "Hardware facts"), not measurements of this run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+GIB = 2**30
+MIB = 2**20
+
+ALLOCATION_GRANULE = 512
+"""The CUDA caching allocator rounds every block up to a multiple of this many bytes."""
+
+RESERVE_FACTOR = 1.12
+"""Reserved / allocated memory at a run's peak: the allocator's segments hold free gaps
+(fragmentation). DESIGN.md measures 1.07–1.17; the middle is planned, the profile's budget
+fraction is the headroom for the rest."""
+
+CUDA_CONTEXT_GIB = 0.35
+"""CUDA context and loaded kernels (0.3–0.4 GiB on the cards we target), outside the allocator."""
+
+CUBLAS_WORKSPACE_BYTES_SM90 = 32 * MIB
+"""cuBLAS workspace per handle on Hopper (sm_90+), allocated through the caching allocator."""
+
+CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
+"""cuBLAS workspace per handle below sm_90 (torch's default `:4096:2:16:8`)."""
+
+CUDNN_WORKSPACE_BYTES = 128 * MIB
+"""An allowance for cuDNN's convolution workspaces, taken when the traced step convolves."""
+
+BITSANDBYTES_BLOCK = 256
+"""Elements per quantisation block of bitsandbytes' 8-bit optimizer states (one fp32 scale each)."""
+
+BITSANDBYTES_MIN_8BIT_SIZE = 4096
+"""bitsandbytes keeps 32-bit states for tensors with fewer elements than this."""
+
+DEEPSPEED_BUCKET_ELEMENTS = 200_000_000
+"""Lightning's DeepSpeedStrategy default reduce/allgather bucket size (elements)."""
+
+GRAD_SCALER_INIT_SCALE = 65536.0
+"""The loss scale `torch.amp.GradScaler` starts with under `16-mixed`."""
+
+MIXED_PRECISIONS = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
+TRUE_PRECISIONS = {
+    "16-true": torch.float16,
+    "bf16-true": torch.bfloat16,
+    "32-true": torch.float32,
+    "64-true": torch.float64,
+}
+
+FLASH = "flash"
+EFFICIENT = "efficient"
+MATH = "math"
+
+
+def round_allocation(nbytes: int) -> int:
+    """Bytes the CUDA caching allocator hands out for a request of `nbytes` (0 stays 0)."""
+    if nbytes <= 0:
+        return 0
+    return -(-nbytes // ALLOCATION_GRANULE) * ALLOCATION_GRANULE
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    """The lower-precision dtype autocast uses under `precision`; None without autocast."""
+    return MIXED_PRECISIONS.get(precision)
+
+
+def parameter_dtype(precision: str) -> torch.dtype:
+    """The dtype parameters, gradients and optimizer states are kept in under `precision`."""
+    return TRUE_PRECISIONS.get(precision, torch.float32)
+
+
+@dataclass(frozen=True)
+class DeviceRules:
+    """The facts of the target GPU that change memory: capability and attention kernels."""
+
+    capability: tuple[int, int]
+    """CUDA compute capability (major, minor)."""
+    flash_attention: bool
+    """PyTorch's flash SDPA kernel is available (sm_80+)."""
+    mem_efficient_attention: bool
+    """PyTorch's memory-efficient SDPA kernel is available."""
+
+    def cublas_workspace_bytes(self) -> int:
+        """cuBLAS workspace of one handle (bytes) on this capability."""
+        return CUBLAS_WORKSPACE_BYTES_SM90 if self.capability >= (9, 0) else CUBLAS_WORKSPACE_BYTES
+
+    def workspace_bytes(self, *, backward: bool, convolutions: bool) -> int:
+        """Library workspaces live at a step's peak (bytes).
+
+        Autograd runs the backward pass on its own thread, which gets a second cuBLAS handle
+        and workspace; convolutions add the cuDNN allowance.
+        """
+        handles = 2 if backward else 1
+        total = handles * self.cublas_workspace_bytes()
+        if convolutions:
+            total += CUDNN_WORKSPACE_BYTES
+        return total
+
+    def overhead_bytes(self, allocated_peak: int, *, backward: bool, convolutions: bool) -> int:
+        """Device memory beyond the traced allocations at the peak (bytes).
+
+        The CUDA context, plus what the allocator reserves beyond the blocks it hands out
+        (`RESERVE_FACTOR`) for the traced peak and the library workspaces.
+        """
+        in_blocks = allocated_peak + self.workspace_bytes(
+            backward=backward, convolutions=convolutions
+        )
+        return round(CUDA_CONTEXT_GIB * GIB + RESERVE_FACTOR * in_blocks) - allocated_peak
+
+    def sdpa_backend(
+        self,
+        dtype: torch.dtype,
+        head_dim: int,
+        *,
+        has_mask: bool,
+        same_head_dims: bool = True,
+    ) -> str:
+        """The SDPA kernel PyTorch picks on this device: "flash", "efficient" or "math".
+
+        Flash needs sm_80+, fp16/bf16, no explicit mask and a head dimension up to 256.
+        Memory-efficient attention takes masks and fp32, but bf16 only on sm_80+; both need
+        the head dimension aligned (8 elements in 16 bit, 4 in fp32). Everything else runs the
+        math path, which materialises the attention matrix (about twice the memory).
+        """
+        sixteen_bit = dtype in (torch.float16, torch.bfloat16)
+        if (
+            self.flash_attention
+            and self.capability >= (8, 0)
+            and sixteen_bit
+            and not has_mask
+            and same_head_dims
+            and head_dim <= 256
+            and head_dim % 8 == 0
+        ):
+            return FLASH
+        dtype_ok = dtype in (torch.float16, torch.float32) or (
+            dtype == torch.bfloat16 and self.capability >= (8, 0)
+        )
+        alignment = 8 if sixteen_bit else 4
+        if self.mem_efficient_attention and dtype_ok and head_dim % alignment == 0:
+            return EFFICIENT
+        return MATH

@@ -1,0 +1,153 @@
+"""Live-storage accounting: a dispatch mode that sees every allocation and every free.
+
+`StorageRecorder` watches the outputs of every op that runs while it is active. A storage it has
+not seen is an allocation (its size rounded as the CUDA caching allocator rounds it); a weakref
+finalizer on the storage tells when the last tensor or view using it is gone, which is when the
+allocator would get the block back. The same recorder measures real tensors and fake ones, so a
+trace of fake tensors can be checked against a real run measured the same way.
+
+Each storage gets a category: `parameters` (parameters and buffers), `inputs` (the batch),
+`gradients`, `optimizer_state`, or `activations` (everything else: saved activations and
+temporaries). Gradients and optimizer states are only known once a hook or the optimizer shows
+them, so the peak keeps the storages live at that moment and categories are resolved at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+PARAMETERS = "parameters"
+INPUTS = "inputs"
+GRADIENTS = "gradients"
+OPTIMIZER_STATE = "optimizer_state"
+ACTIVATIONS = "activations"
+CATEGORIES = (PARAMETERS, GRADIENTS, OPTIMIZER_STATE, INPUTS, ACTIVATIONS)
+
+_DEVICE_QUERY = torch.ops.prim.device.default
+
+
+@dataclass
+class RecordedPeak:
+    """The most bytes live at once, when it happened, and what was live then."""
+
+    bytes: int = 0
+    label: str = ""
+    live: dict[int, int] = field(default_factory=dict)
+    """Storage serial → bytes, for every storage live at the peak."""
+
+
+class StorageRecorder(TorchDispatchMode):
+    """Count live storage bytes through whatever runs while the mode is active.
+
+    `round_bytes` maps a storage's size to what the device allocator hands out for it (identity
+    for plain bytes). With `keep_timeline`, `timeline` keeps the live total after every op that
+    changed it.
+    Call `close()` when done: it detaches the finalizers from storages that outlive the trace.
+    """
+
+    def __init__(
+        self,
+        *,
+        round_bytes: Callable[[int], int] = lambda n: n,
+        keep_timeline: bool = False,
+    ) -> None:
+        super().__init__()
+        self.round_bytes = round_bytes
+        self.keep_timeline = keep_timeline
+        self.timeline: list[int] = []
+        self.current = 0
+        self.peak = RecordedPeak()
+        self.op_names: set[str] = set()
+        self._label = ""
+        self._next_serial = 0
+        self._serial_of: dict[int, int] = {}  # storage address (`_cdata`) → serial
+        self._live: dict[int, int] = {}  # serial → bytes
+        self._category: dict[int, str] = {}  # serial → category (activations when absent)
+        self._finalizers: dict[int, weakref.finalize] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _DEVICE_QUERY:
+            return func(*args, **(kwargs or {}))  # fake tensors ask for their device; no memory
+        out = self.run_op(func, args, kwargs or {})
+        self.op_names.add(func.__name__)
+        for value in tree_flatten(out)[0]:
+            if isinstance(value, torch.Tensor):
+                self._track(value)
+        if self.keep_timeline and (not self.timeline or self.timeline[-1] != self.current):
+            self.timeline.append(self.current)
+        return out
+
+    def run_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run one op; subclasses intercept ops that cannot run as they are."""
+        return func(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def phase(self, label: str) -> Iterator[None]:
+        """Name what runs inside (e.g. "step 2: backward"), so the peak says where it was."""
+        outer, self._label = self._label, label
+        try:
+            yield
+        finally:
+            self._label = outer
+
+    def register(self, tensors: Iterable[torch.Tensor | None], category: str) -> None:
+        """Count `tensors` under `category`: ones that exist already (parameters, the batch)
+        or ones the trace learns the role of later (a new gradient, an optimizer state)."""
+        for tensor in tensors:
+            if tensor is None:
+                continue
+            serial = self._track(tensor)
+            if serial is not None:
+                self._category[serial] = category
+
+    def reset_peak(self) -> None:
+        """Start a new peak from what is live now (the next phase's measurement)."""
+        self.peak = RecordedPeak(self.current, self._label, dict(self._live))
+
+    def peak_breakdown(self) -> dict[str, int]:
+        """Bytes live at the peak, by category (every category present, zeros included)."""
+        totals = dict.fromkeys(CATEGORIES, 0)
+        for serial, size in self.peak.live.items():
+            totals[self._category.get(serial, ACTIVATIONS)] += size
+        return totals
+
+    def close(self) -> None:
+        """Stop tracking: storages that outlive the trace no longer call back."""
+        for finalizer in self._finalizers.values():
+            finalizer.detach()
+        self._finalizers.clear()
+
+    def _track(self, tensor: torch.Tensor) -> int | None:
+        try:
+            storage = tensor.untyped_storage()
+        except (NotImplementedError, RuntimeError):
+            return None  # sparse, nested or other storage-less layouts: nothing to count
+        address = storage._cdata
+        serial = self._serial_of.get(address)
+        if serial is not None:
+            return serial
+        size = self.round_bytes(storage.nbytes())
+        serial = self._next_serial
+        self._next_serial += 1
+        self._serial_of[address] = serial
+        self._live[serial] = size
+        self.current += size
+        if self.current > self.peak.bytes:
+            self.peak = RecordedPeak(self.current, self._label, dict(self._live))
+        self._finalizers[serial] = weakref.finalize(storage, self._free, address, serial)
+        return serial
+
+    def _free(self, address: int, serial: int) -> None:
+        size = self._live.pop(serial, 0)
+        self.current -= size
+        if self._serial_of.get(address) == serial:
+            del self._serial_of[address]
+        self._finalizers.pop(serial, None)
