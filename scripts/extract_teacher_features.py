@@ -1,0 +1,28 @@
+"""Cache the teacher's features of the student's data (step 2 of the SAGE chain).
+
+    python scripts/extract_teacher_features.py task=sage_distill [same overrides as training]
+
+Composes the same config as ``python train.py task=sage_distill ...``, so the cache lands where
+the student's datamodule looks for it (``data.feature_cache``). The teacher is
+``teacher.checkpoint`` (``latest``: the newest ``task=arc_teacher`` run), or a plug-in module
+given by ``teacher.net._target_``. Does nothing when a complete, matching cache exists.
+"""
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from vramkit.sage.feature_extraction import run_extraction
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[1]))
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    run_extraction(cfg)
+
+
+if __name__ == "__main__":
+    main()
