@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from vramkit.hardware.profile import describe_profile
 from vramkit.hardware.resolve import resolve_hardware
 from vramkit.instantiate import instantiate, instantiate_group
+from vramkit.lightning_modules.text_detection import TextDetectionModule
 from vramkit.ocr.icdar_format import write_detections
 from vramkit.run_logging import finish_wandb
 
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
-    """Validate ``cfg.ckpt_path`` and write ``res_<name>.txt`` for every validation image.
+    """Validate ``cfg.ckpt_path``; for text detection also write ``res_<name>.txt`` files.
 
     The files follow the ICDAR 2015 submission format, so
     ``python -m vramkit.ocr.evaluate <val gt dir> <predictions dir>`` reproduces the metrics.
@@ -39,13 +40,19 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     trainer: L.Trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=[])
     try:
         (metrics,) = trainer.validate(model, datamodule=datamodule, ckpt_path=str(checkpoint))
-        predictions = trainer.predict(
-            model, dataloaders=datamodule.val_dataloader(), ckpt_path=str(checkpoint)
-        )
+        if isinstance(model, TextDetectionModule):
+            predictions = trainer.predict(
+                model, dataloaders=datamodule.val_dataloader(), ckpt_path=str(checkpoint)
+            )
+            _write_submissions(predictions, Path(cfg.predictions_dir))
     finally:
         finish_wandb()
+    result = {name: float(value) for name, value in metrics.items()}
+    print(json.dumps(result))
+    return result
 
-    predictions_dir = Path(cfg.predictions_dir)
+
+def _write_submissions(predictions: list[dict[str, list]], predictions_dir: Path) -> None:
     predictions_dir.mkdir(parents=True, exist_ok=True)
     written = 0
     for batch in predictions:
@@ -55,6 +62,3 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             write_detections(predictions_dir / f"res_{name}.txt", boxes, scores)
             written += 1
     log.info("wrote %d submission files to %s", written, predictions_dir)
-    result = {name: float(value) for name, value in metrics.items()}
-    print(json.dumps(result))
-    return result
