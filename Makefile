@@ -10,7 +10,7 @@ HAS_NVIDIA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TORCH_SPEC ?= $(if $(HAS_NVIDIA),torch>=2.3,torch==2.13.0)
 ARGS ?=
 
-.PHONY: install train test test-fast lint format clean
+.PHONY: install train test test-fast bench lint format clean
 
 install: $(STAMP)
 
@@ -29,6 +29,9 @@ test: install  ## the whole test suite (under 10 minutes on 2 cores)
 
 test-fast: install  ## the suite without the end-to-end runs
 	$(PY) -m pytest -q -m "not slow"
+
+bench: install  ## speed benchmarks; JSON results in benchmarks/results/ (under 10 minutes on 2 cores)
+	$(PY) -m benchmarks.run_all
 
 lint: install
 	$(PY) -m ruff check .

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 DATASET_NAME = "synthetic_text"
 # Bump when the renderer's output changes, so datasets written by older code are not reused.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 SPLITS = ("train", "val")
 MANIFEST = "manifest.json"
 _TEMPORARY_MARK = ".tmp-"
@@ -57,13 +57,14 @@ class SyntheticTextConfig:
     num_train: int = 1500
     num_val: int = 100
     image_size: int = 320  # px, square images
-    words_per_image: tuple[int, int] = (2, 8)  # inclusive range
-    font_size: tuple[int, int] = (14, 48)  # px (em size), inclusive range
-    max_rotation_deg: float = 20.0  # most angles are near 0 (triangular distribution)
-    perspective: float = 0.15  # corner jitter as a fraction of the text height
+    words_per_image: tuple[int, int] = (3, 10)  # inclusive range
+    font_size: tuple[int, int] = (16, 48)  # px (em size), inclusive range
+    max_rotation_deg: float = 15.0  # most angles are near 0 (triangular distribution)
+    perspective: float = 0.1  # corner jitter as a fraction of the text height
     line_probability: float = 0.4  # chance that a text unit is a line of 2-4 words
-    dont_care_probability: float = 0.3  # chance that an image also holds 1-3 ``###`` words
+    dont_care_probability: float = 0.2  # chance that an image also holds 1-3 ``###`` words
     min_word_height: int = 10  # px; a word rendered shorter than this is marked ``###``
+    max_clutter_shapes: int = 6  # lines, boxes, ellipses, scribbles (not text) per image
     jpeg_quality: int = 92
 
     def __post_init__(self) -> None:
@@ -88,6 +89,7 @@ class SyntheticTextConfig:
             # 20 and 20.0 are the same parameter and must give the same hash.
             object.__setattr__(self, name, float(getattr(self, name)))
         _check_int(self, "min_word_height", minimum=1)
+        _check_int(self, "max_clutter_shapes", minimum=0)
         _check_int(self, "jpeg_quality", minimum=1)
         if self.jpeg_quality > 100:
             raise ValueError(f"jpeg_quality must be at most 100, got {self.jpeg_quality}")
@@ -294,7 +296,20 @@ def _write_splits(config: SyntheticTextConfig, directory: Path, workers: int) ->
                 counts[split][key] += value
         return counts
     # The platform's default start method, as torch's DataLoader uses: the workers touch neither
-    # torch nor the caller's threads, only numpy, Pillow and OpenCV.
+    # torch nor the caller's threads, only numpy, Pillow and OpenCV. A forked worker that
+    # inherits a running OpenCV thread pool can deadlock in it, so the pool is stopped before
+    # forking (each worker renders on one thread anyway) and restored afterwards.
+    opencv_threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        return _write_chunks_in_pool(config, directory, workers, counts)
+    finally:
+        cv2.setNumThreads(opencv_threads)
+
+
+def _write_chunks_in_pool(
+    config: SyntheticTextConfig, directory: Path, workers: int, counts: dict
+) -> dict:
     with ProcessPoolExecutor(workers, initializer=_start_worker) as pool:
         futures = [
             pool.submit(

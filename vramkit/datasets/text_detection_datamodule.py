@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import cv2
 import lightning as L
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch.utils.data import DataLoader
@@ -14,7 +16,10 @@ from torch.utils.data import DataLoader
 from vramkit.datasets.augment import build_train_transform, build_val_transform
 from vramkit.datasets.icdar_folder import TextDetectionDataset, collate_text_detection
 from vramkit.datasets.synthetic_text import SyntheticTextConfig, ensure_synthetic_dataset
+from vramkit.datasets.validation_cache import DEFAULT_MAX_GIB, ValidationCache
 from vramkit.ocr.targets import make_targets
+
+log = logging.getLogger(__name__)
 
 # Network strides: DBNet's feature pyramid needs sides divisible by 32.
 SIDE_MULTIPLE = 32
@@ -67,6 +72,30 @@ def _flag(value: Any, key: str) -> bool:
     return value
 
 
+def _validation_cache(value: Any) -> ValidationCache | None:
+    """``data.val_cache`` ({enabled, dir, max_gib}) → a cache, or None when it is off."""
+    if value is None:
+        return None
+    value = _plain(value)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"data.val_cache must be a mapping (enabled, dir, max_gib), got {value!r}")
+    for name in value:
+        if name not in ("enabled", "dir", "max_gib"):
+            raise ValueError(
+                f"data.val_cache.{name} is not an option (known: dir, enabled, max_gib)"
+            )
+    if not _flag(value.get("enabled", True), "data.val_cache.enabled"):
+        return None
+    directory = value.get("dir")
+    if not isinstance(directory, (str, Path)) or not str(directory):
+        raise ValueError(f"data.val_cache.dir must be a folder path, got {directory!r}")
+    max_gib = value.get("max_gib", DEFAULT_MAX_GIB)
+    try:
+        return ValidationCache.with_max_gib(directory, max_gib)
+    except ValueError as error:
+        raise ValueError(f"data.val_cache.{error}") from None
+
+
 def _existing_dir(value: Any, key: str) -> Path:
     if not isinstance(value, (str, Path)) or not str(value):
         raise ValueError(f"{key} must be a folder path, got {value!r}")
@@ -85,6 +114,11 @@ class TextDetectionDataModule(L.LightningDataModule):
     to ``val_image_size`` px and keep their original annotations for the ICDAR evaluation.
     ``augment`` holds options of :func:`build_train_transform`, ``targets`` options of
     :func:`make_targets`. A batch whose images were all unreadable holds only ``skipped``.
+
+    ``val_cache`` ({enabled, dir, max_gib}) keeps the validation inputs and targets on disk
+    (:mod:`vramkit.datasets.validation_cache`), so each is computed once across epochs and runs;
+    training samples are always computed afresh in the workers. ``prefetch_factor`` is the
+    number of batches each worker prepares ahead (None: PyTorch's default, 2).
     """
 
     def __init__(
@@ -101,9 +135,11 @@ class TextDetectionDataModule(L.LightningDataModule):
         num_workers: int = 0,
         pin_memory: bool = False,
         persistent_workers: bool = True,
+        prefetch_factor: int | None = None,
         strict: bool = False,
         augment: Mapping[str, Any] | None = None,
         targets: Mapping[str, Any] | None = None,
+        val_cache: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.image_size = _positive_int(image_size, "data.image_size", multiple_of=SIDE_MULTIPLE)
@@ -117,6 +153,11 @@ class TextDetectionDataModule(L.LightningDataModule):
         self.num_workers = num_workers
         self.pin_memory = _flag(pin_memory, "data.pin_memory")
         self.persistent_workers = _flag(persistent_workers, "data.persistent_workers")
+        self.prefetch_factor = (
+            None
+            if prefetch_factor is None
+            else _positive_int(prefetch_factor, "data.prefetch_factor")
+        )
         self.strict = _flag(strict, "data.strict")
         self.data_root = Path(data_root)
 
@@ -151,6 +192,7 @@ class TextDetectionDataModule(L.LightningDataModule):
         except (TypeError, ValueError) as error:
             raise ValueError(f"data.augment: {error}") from None
         self.val_transform = build_val_transform(self.val_image_size)
+        self.val_cache = _validation_cache(val_cache)
         self.train_dataset: TextDetectionDataset | None = None
         self.val_dataset: TextDetectionDataset | None = None
 
@@ -186,9 +228,19 @@ class TextDetectionDataModule(L.LightningDataModule):
                 strict=self.strict,
                 target_params=self.target_params,
                 keep_annotations=True,
+                cache=self.val_cache,
+                # what the validation transform depends on (build_val_transform)
+                cache_params={"resize_px": self.val_image_size},
             )
 
     def _loader(self, dataset: TextDetectionDataset, batch_size: int, *, train: bool) -> DataLoader:
+        if self.num_workers > 0:
+            # Loader workers are forked from this process. A worker that inherits OpenCV's
+            # thread pool (started here by in-process rendering or post-processing) deadlocks
+            # as soon as it resizes or stops that pool, so the pool is stopped here, before any
+            # fork: workers then run OpenCV on one thread each, as they should beside each other.
+            cv2.setNumThreads(1)
+        workers = self.num_workers > 0
         return DataLoader(
             dataset,
             batch_size=batch_size,
@@ -197,7 +249,8 @@ class TextDetectionDataModule(L.LightningDataModule):
             drop_last=train and len(dataset) >= batch_size,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
-            persistent_workers=self.persistent_workers and self.num_workers > 0,
+            persistent_workers=self.persistent_workers and workers,
+            prefetch_factor=self.prefetch_factor if workers else None,
             collate_fn=collate_text_detection,
         )
 
@@ -210,6 +263,11 @@ class TextDetectionDataModule(L.LightningDataModule):
         if self.val_dataset is None:
             raise RuntimeError("call setup() before val_dataloader()")
         return self._loader(self.val_dataset, self.val_batch_size, train=False)
+
+    def teardown(self, stage: str) -> None:
+        """Log the validation cache's storage report at the end of a run."""
+        if self.val_cache is not None and self.val_dataset is not None:
+            log.info("validation cache: %s", self.val_cache.report().describe())
 
     def data_problems(self) -> dict[str, int]:
         """Input problems found while indexing, by ``<split>/<kind>`` (bad_lines, missing_gt…)."""

@@ -48,6 +48,7 @@ MIN_CONTRAST = 100
 TINY_FONT_SIZE = (6, 10)  # px, illegible text that is annotated as don't-care
 FADED_CONTRAST = (12, 35)  # luminance difference of faded don't-care text
 PLACEMENT_ATTEMPTS = 30
+FIT_FRACTION = 0.9  # widest text unit, as a fraction of the image side
 SHRINK_EVERY = 10  # failed placements before the font size is reduced
 FONT_SHRINK = 0.85
 
@@ -66,6 +67,7 @@ class SceneSpec(Protocol):
     line_probability: float
     dont_care_probability: float
     min_word_height: int
+    max_clutter_shapes: int
 
 
 @dataclass
@@ -162,16 +164,19 @@ def _random_background(rng: np.random.Generator, size: int) -> np.ndarray:
         end = rng.uniform(0, 255, 3).astype(np.float32)
         image = start + (end - start) * ramp[..., None]
     else:
+        # Soft blotches around a base colour, like stains or out-of-focus scenery.
         cells = int(rng.integers(3, 9))
-        blotches = rng.uniform(0, 255, (cells, cells, 3)).astype(np.float32)
+        base = rng.uniform(0, 255, 3).astype(np.float32)
+        spread = rng.uniform(20, 80)
+        blotches = (base + rng.uniform(-spread, spread, (cells, cells, 3))).astype(np.float32)
         image = cv2.resize(blotches, (size, size), interpolation=cv2.INTER_CUBIC)
     return np.clip(image, 0, 255).astype(np.float32)
 
 
-def _draw_clutter(rng: np.random.Generator, image: np.ndarray) -> None:
-    """Lines, rectangles, circles, ellipses and scribbles that are not text, blended in place."""
+def _draw_clutter(rng: np.random.Generator, image: np.ndarray, max_shapes: int) -> None:
+    """Up to ``max_shapes`` lines, rectangles, ellipses and scribbles (not text), in place."""
     size = image.shape[0]
-    for _ in range(int(rng.integers(0, 10))):
+    for _ in range(int(rng.integers(0, max_shapes + 1))):
         overlay = image.copy()
         colour = tuple(float(c) for c in rng.uniform(0, 255, 3))
         thickness = int(rng.integers(1, 5))
@@ -358,13 +363,33 @@ class TextRenderer:
         font_size_range: tuple[int, int],
         *,
         faded: bool = False,
-    ) -> list[np.ndarray]:
-        """Lay out, place and blend one unit; returns its word quads (empty if it did not fit)."""
+    ) -> list[tuple[np.ndarray, str]]:
+        """Lay out, place and blend one unit; returns (quad, word) of every word drawn.
+
+        A line too wide for the image even at the smallest font size is split in two halves.
+        """
         font_index = int(rng.integers(self.num_fonts))
         low, high = font_size_range
         # Log-uniform: small and large text equally often per octave.
         size = min(int(math.exp(rng.uniform(math.log(low), math.log(high + 1)))), high)
         unit = self._layout(rng, words, self.font(font_index, size))
+        width = float(np.ptp(unit.boxes[:, [0, 2]]))
+        usable = FIT_FRACTION * spec.image_size
+        if width > usable:
+            size = int(size * usable / width)
+            if size < low:
+                if len(words) == 1:
+                    return []
+                half = len(words) // 2
+                return [
+                    *self._render_unit(
+                        rng, image, spec, occupied, words[:half], font_size_range, faded=faded
+                    ),
+                    *self._render_unit(
+                        rng, image, spec, occupied, words[half:], font_size_range, faded=faded
+                    ),
+                ]
+            unit = self._layout(rng, words, self.font(font_index, size))
         homography = None
         for attempt in range(1, PLACEMENT_ATTEMPTS + 1):
             homography = self._place(rng, unit, spec, occupied)
@@ -403,8 +428,8 @@ class TextRenderer:
         region *= 1.0 - alpha[..., None]
         region += alpha[..., None] * colour.astype(np.float32)
         return [
-            _apply_homography(homography, _box_corners(box)).astype(np.float32)
-            for box in unit.boxes
+            (_apply_homography(homography, _box_corners(box)).astype(np.float32), word)
+            for box, word in zip(unit.boxes, words, strict=True)
         ]
 
     @staticmethod
@@ -442,15 +467,12 @@ class TextRenderer:
         """Draw one ``spec.image_size`` px square scene; all randomness comes from ``rng``."""
         size = spec.image_size
         image = _random_background(rng, size)
-        _draw_clutter(rng, image)
+        _draw_clutter(rng, image, spec.max_clutter_shapes)
         occupied = np.zeros((size, size), dtype=np.uint8)
         polygons: list[np.ndarray] = []
         texts: list[str] = []
         for words in self._plan_units(rng, spec):
-            quads = self._render_unit(rng, image, spec, occupied, words, spec.font_size)
-            if not quads:
-                continue
-            for quad, word in zip(quads, words, strict=True):
+            for quad, word in self._render_unit(rng, image, spec, occupied, words, spec.font_size):
                 polygons.append(quad)
                 texts.append(word if _quad_height(quad) >= spec.min_word_height else DONT_CARE)
         if rng.random() < spec.dont_care_probability:
@@ -458,16 +480,17 @@ class TextRenderer:
                 faded = rng.random() < 0.4
                 size_range = spec.font_size if faded else TINY_FONT_SIZE
                 words = [random_word(rng)]
-                quads = self._render_unit(
+                drawn = self._render_unit(
                     rng, image, spec, occupied, words, size_range, faded=faded
                 )
-                polygons.extend(quads)
-                texts.extend(DONT_CARE for _ in quads)
+                polygons.extend(quad for quad, _ in drawn)
+                texts.extend(DONT_CARE for _ in drawn)
         # Luminance noise (one channel, broadcast) costs a third of colour noise.
         noise = np.float32(rng.uniform(0.0, 6.0))
         image += rng.standard_normal((size, size, 1), dtype=np.float32) * noise
         if rng.random() < 0.3:
-            cv2.GaussianBlur(image, (0, 0), rng.uniform(0.4, 0.9), dst=image)
+            # Mild: a stronger blur would wash out the thin strokes of 16 px text.
+            cv2.GaussianBlur(image, (0, 0), rng.uniform(0.3, 0.7), dst=image)
         np.clip(image, 0, 255, out=image)
         image += 0.5  # truncation below then rounds to nearest
         return RenderedScene(image=image.astype(np.uint8), polygons=polygons, texts=texts)

@@ -1,0 +1,185 @@
+"""What vramkit's Trainer costs on top of a plain PyTorch loop: same model, data and steps.
+
+Both sides get the objects ``train.py`` builds from the same config (a quarter-width DBNet on a
+small synthetic set at 160 px, the CPU profile, one loader worker) and run the same number of
+optimizer steps without validation:
+
+- ``vramkit``: the Lightning Trainer from ``conf/trainer/default.yaml`` with every default
+  callback (checkpoints, retention, learning-rate monitor, bad-input report, throughput monitor,
+  rich progress bar) and the CSV logger. The WandB logger is left out: it starts a service
+  process once per run, a fixed cost of seconds that does not grow with the run's length.
+- ``plain``: ``for batch in loader: loss.backward(); optimizer.step(); scheduler.step()``.
+
+The two alternate (plain first, then vramkit first, ...) so drifting load hits both alike; each
+keeps the median of its repeats. Times are CPU seconds of this process (all its threads, loader
+workers excluded since they do the same work for both), which a machine shared with other jobs
+disturbs far less than the wall clock; wall-clock numbers are recorded too.
+
+``python -m benchmarks.overhead [--repeats N] [--epochs N]`` writes ``results/overhead.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from omegaconf import DictConfig
+
+from benchmarks.configs import compose_run_config, quiet_libraries
+from benchmarks.record import RESULTS_DIR, write_result
+from vramkit.instantiate import instantiate, instantiate_group
+
+TARGET_OVERHEAD_PCT = 5.0
+SIDE = 160  # px
+OVERRIDES = (
+    "+hw=cpu",
+    "model=dbnet_tiny",
+    "logger=csv",
+    "data.synthetic.num_train=160",
+    "data.synthetic.num_val=1",
+    f"data.synthetic.image_size={SIDE}",
+    f"data.image_size={SIDE}",
+    f"data.val_image_size={SIDE}",
+    "batch_size_defaults.train=8",
+    "batch_size_defaults.val=8",
+    "+trainer.limit_val_batches=0",
+    "seed=0",
+)
+
+
+def _built(cfg: DictConfig) -> tuple[Any, Any]:
+    """The datamodule (set up) and the model, as ``train()`` builds them."""
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    return datamodule, instantiate(cfg.model)
+
+
+def run_vramkit(cfg: DictConfig) -> dict[str, float]:
+    """``trainer.fit`` with the default callbacks; CPU and wall seconds, optimizer steps."""
+    datamodule, model = _built(cfg)
+    callbacks = instantiate_group(cfg.get("callbacks"))
+    loggers = instantiate_group(cfg.get("logger"))
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    cpu, wall = time.process_time(), time.perf_counter()
+    trainer.fit(model, datamodule=datamodule)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {"cpu_seconds": cpu, "wall_seconds": wall, "steps": trainer.global_step}
+
+
+def run_plain(cfg: DictConfig, *, max_steps: int | None = None) -> dict[str, float]:
+    """The same model, loader, optimizer and schedule in a bare loop (no validation)."""
+    datamodule, module = _built(cfg)
+    net, loss_fn = module.net, module.loss
+    loader = datamodule.train_dataloader()
+    epochs = int(cfg.trainer.max_epochs)
+    total = epochs * len(loader) if max_steps is None else max_steps
+    optimizer = module.optimizer_factory(params=module.parameters())
+    scheduler = module.lr_schedule.build(optimizer, total)
+    net.train()
+    steps = 0
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(epochs):
+        for batch in loader:
+            if steps == total:
+                break
+            losses = loss_fn(net(batch["image"]), batch)
+            optimizer.zero_grad(set_to_none=True)
+            losses["loss"].backward()
+            optimizer.step()
+            scheduler.step()
+            steps += 1
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {"cpu_seconds": cpu, "wall_seconds": wall, "steps": steps}
+
+
+def _pct(vramkit: float, plain: float) -> float:
+    return round(100.0 * (vramkit - plain) / plain, 2)
+
+
+def run(repeats: int = 3, epochs: int = 2, extra_overrides: Sequence[str] = ()) -> dict:
+    """Alternate the two ``repeats`` times each; medians and the overhead in %."""
+    quiet_libraries()
+    torch.set_num_threads(1)  # one core computes, the other loads (the CPU profile's split)
+    results: dict[str, list[dict[str, float]]] = {"plain": [], "vramkit": []}
+    with tempfile.TemporaryDirectory() as work, warnings.catch_warnings():
+        # Without validation, ModelCheckpoint warns that val/hmean was never logged.
+        warnings.filterwarnings("ignore", message=".*could not find the monitored key.*")
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        cfg = compose_run_config(
+            *OVERRIDES, f"trainer.max_epochs={epochs}", *extra_overrides, output_dir=Path(work)
+        )
+        run_plain(cfg, max_steps=2)  # untimed: renders the data, warms up every code path
+        for repeat in range(repeats):
+            order = ("plain", "vramkit") if repeat % 2 == 0 else ("vramkit", "plain")
+            for side in order:
+                cfg = compose_run_config(
+                    *OVERRIDES,
+                    f"trainer.max_epochs={epochs}",
+                    *extra_overrides,
+                    output_dir=Path(work) / f"{side}_{repeat}",
+                )
+                runner = run_plain if side == "plain" else run_vramkit
+                results[side].append(runner(cfg))
+    steps = {side: {int(r["steps"]) for r in runs} for side, runs in results.items()}
+    if len(steps["plain"] | steps["vramkit"]) != 1:
+        raise AssertionError(f"the two sides ran different numbers of steps: {steps}")
+    medians = {
+        side: {
+            key: statistics.median(r[key] for r in runs) for key in ("cpu_seconds", "wall_seconds")
+        }
+        for side, runs in results.items()
+    }
+    (step_count,) = steps["plain"]
+    return {
+        "steps": step_count,
+        "epochs": epochs,
+        "repeats": repeats,
+        "overrides": list(OVERRIDES) + list(extra_overrides),
+        "plain_seconds": round(medians["plain"]["cpu_seconds"], 3),
+        "vramkit_seconds": round(medians["vramkit"]["cpu_seconds"], 3),
+        "overhead_pct": _pct(medians["vramkit"]["cpu_seconds"], medians["plain"]["cpu_seconds"]),
+        "plain_wall_seconds": round(medians["plain"]["wall_seconds"], 3),
+        "vramkit_wall_seconds": round(medians["vramkit"]["wall_seconds"], 3),
+        "overhead_pct_wall": _pct(
+            medians["vramkit"]["wall_seconds"], medians["plain"]["wall_seconds"]
+        ),
+        "target_overhead_pct": TARGET_OVERHEAD_PCT,
+        "all_runs": {
+            side: [{key: round(value, 3) for key, value in r.items()} for r in runs]
+            for side, runs in results.items()
+        },
+        "timing": "median over repeats of this process's CPU seconds (all threads; the loader "
+        "worker excluded); *_wall_* are wall-clock",
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Command line; returns the numbers written."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.overhead", description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each side")
+    parser.add_argument("--epochs", type=int, default=2, help="epochs of each run")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="folder of the JSON file")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    numbers = run(repeats=args.repeats, epochs=args.epochs)
+    path = write_result("overhead", numbers, started=started, directory=args.out)
+    print(
+        f"overhead: vramkit {numbers['vramkit_seconds']} s vs plain {numbers['plain_seconds']} s "
+        f"over {numbers['steps']} steps: {numbers['overhead_pct']}% "
+        f"(wall {numbers['overhead_pct_wall']}%) -> {path}"
+    )
+    return numbers
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""What every benchmark result holds besides its numbers: the command and the machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vramkit.checkpoint_io import atomic_write_bytes
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+TOY_ICDAR_DIR = REPO_ROOT.parent / "shared" / "data" / "icdar2015_toy"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (the affinity mask, not the host's total)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str | None:
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+def machine_facts() -> dict[str, Any]:
+    """Cores, CPU, GPU, library versions and the load average (1, 5, 15 min) right now."""
+    import cv2
+
+    facts: dict[str, Any] = {
+        "usable_cores": usable_cores(),
+        "host_cores": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "opencv": cv2.__version__,
+        "platform": platform.platform(),
+        "git_commit": _git_commit(),
+    }
+    if hasattr(os, "getloadavg"):
+        facts["load_average"] = [round(value, 2) for value in os.getloadavg()]
+    return facts
+
+
+def command_line() -> str:
+    """How this benchmark was started, as a shell command run from the repository root."""
+    module = sys.modules["__main__"].__spec__
+    if module is not None:
+        return shlex.join(["python", "-m", module.name, *sys.argv[1:]])
+    return shlex.join(["python", *sys.argv])
+
+
+def write_result(
+    name: str, numbers: dict[str, Any], *, started: float, directory: Path = RESULTS_DIR
+) -> Path:
+    """Write ``<directory>/<name>.json``: the command, the machine, ``numbers``, the run time.
+
+    ``started`` is the benchmark's ``time.perf_counter()`` at its start.
+    """
+    result = {
+        "benchmark": name,
+        "command": command_line(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_facts(),
+        "results": numbers,
+        "benchmark_seconds": round(time.perf_counter() - started, 2),
+    }
+    path = Path(directory) / f"{name}.json"
+    atomic_write_bytes(path, (json.dumps(result, indent=2) + "\n").encode("utf-8"))
+    return path

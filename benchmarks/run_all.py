@@ -1,0 +1,93 @@
+"""``make bench``: every benchmark in turn, each in its own process; then a summary table.
+
+Each writes its JSON under ``benchmarks/results/``. A benchmark that fails (an error, or the
+evaluation's results differing from the reference) makes the whole run fail; a number that
+misses its target does not: the JSON files say so and the table shows it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from benchmarks.record import REPO_ROOT, RESULTS_DIR
+
+BENCHMARKS = ("evaluation", "data_pipeline", "overhead", "validation_ratio")
+
+
+def _headline(name: str, results: dict) -> tuple[str, str, bool]:
+    """(value, target, met) of one result file's main number."""
+    if name == "evaluation":
+        return (
+            f"{results['speedup']}x faster",
+            f">= {results['target_speedup']}x",
+            results["speedup"] >= results["target_speedup"],
+        )
+    if name == "data_pipeline":
+        datasets = {
+            key: value
+            for key, value in results.items()
+            if isinstance(value, dict) and "samples_per_core_s" in value
+        }
+        rates = {key: value["samples_per_core_s"] for key, value in datasets.items()}
+        text = ", ".join(
+            f"{key} {value['samples_per_core_s']}/s ({value['loader_samples_per_core_s']} loader)"
+            for key, value in datasets.items()
+        )
+        target = results["target_samples_per_core_s"]
+        return text + " per core", f">= {target:.0f}/s", min(rates.values()) >= target
+    if name == "overhead":
+        return (
+            f"{results['overhead_pct']}%",
+            f"<= {results['target_overhead_pct']}%",
+            results["overhead_pct"] <= results["target_overhead_pct"],
+        )
+    return (
+        f"{results['val_train_time_ratio']}",
+        f"<= {results['target_ratio']}",
+        results["meets_target"],
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmarks named (all by default); returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run_all", description=__doc__)
+    parser.add_argument("names", nargs="*", help=f"a subset to run, of: {', '.join(BENCHMARKS)}")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.names) - set(BENCHMARKS))
+    if unknown:
+        parser.error(f"unknown benchmark {unknown[0]!r}; known: {', '.join(BENCHMARKS)}")
+    names = args.names or list(BENCHMARKS)
+    started = time.perf_counter()
+    failed = []
+    for name in names:
+        print(f"== {name}", flush=True)
+        begun = time.perf_counter()
+        status = subprocess.run(
+            [sys.executable, "-m", f"benchmarks.{name}"], cwd=REPO_ROOT
+        ).returncode
+        print(
+            f"== {name}: {'ok' if status == 0 else f'FAILED ({status})'} "
+            f"in {time.perf_counter() - begun:.0f} s",
+            flush=True,
+        )
+        if status:
+            failed.append(name)
+    print(f"\n{'benchmark':<18} {'result':<44} {'target':<10} met")
+    for name in names:
+        path = RESULTS_DIR / f"{name}.json"
+        if name in failed or not path.is_file():
+            print(f"{name:<18} {'FAILED':<44}")
+            continue
+        value, target, met = _headline(name, json.loads(path.read_text())["results"])
+        print(f"{name:<18} {value:<44} {target:<10} {'yes' if met else 'NO'}")
+    print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s; results in {RESULTS_DIR}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
