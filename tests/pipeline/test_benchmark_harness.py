@@ -114,6 +114,7 @@ def test_overhead_sides_take_the_same_steps(tmp_path: Path) -> None:
             "data.synthetic.image_size=64",
             "data.image_size=64",
             "data.val_image_size=64",
+            "trainer.log_every_n_steps=1",
         ),
     )
     assert numbers["steps"] == 2

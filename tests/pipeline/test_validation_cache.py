@@ -153,6 +153,21 @@ def test_least_recently_used_entries_are_evicted_under_the_cap(tmp_path: Path) -
     assert report.entries == 3
     assert report.size_bytes <= cap
     assert report.evictions == 2
+    cache.put(keys[0], _sample(0))  # a rewrite of a stored key replaces it, evicting nothing
+    assert cache.report().evictions == 2 and cache.report().entries == 3
+
+
+def test_a_larger_rewrite_of_the_oldest_entry_still_respects_the_cap(tmp_path: Path) -> None:
+    size = _entry_size(tmp_path)
+    cap = 3 * size + size // 2
+    cache = ValidationCache(tmp_path / "cache", max_bytes=cap)
+    keys = [content_key("rewrite", index) for index in range(3)]
+    for index, key in enumerate(keys):
+        cache.put(key, _sample(index))
+        os.utime(cache.path_for(key), (1000 + index, 1000 + index))
+    cache.put(keys[0], _sample(0, side=44))  # its old file is not room: the next oldest goes
+    assert [cache.path_for(key).exists() for key in keys] == [True, False, True]
+    assert cache.report().size_bytes <= cap
 
 
 def test_entry_larger_than_the_cap_is_not_stored(tmp_path: Path) -> None:
@@ -174,7 +189,9 @@ def test_lowered_cap_is_enforced_and_reported(tmp_path: Path) -> None:
     assert report.entries == 2
     assert report.size_bytes <= 2 * size
     assert report.as_dict()["max_gib"] == round(2 * size / 2**30, 4)
-    assert "2 entries" in report.describe()
+    assert "2 entries" in report.describe() and "2 evicted" in report.describe()
+    idle = ValidationCache(tmp_path, max_bytes=2**30).report()
+    assert idle.entries == 2 and "this process" not in idle.describe()
 
 
 def test_abandoned_partial_writes_are_removed_and_fresh_ones_counted(tmp_path: Path) -> None:
@@ -249,3 +266,19 @@ def test_command_line_prints_the_storage_report(
     assert report["max_gib"] == 1.0
     assert report["size_bytes"] == cache.report().size_bytes
     assert main([str(tmp_path / "missing")]) == 2
+
+
+def test_unusable_folder_degrades_to_no_cache(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where the cache folder should be")
+    cache = ValidationCache(blocker, max_bytes=2**30)
+    key = content_key("unusable")
+    with caplog.at_level("WARNING", logger="vramkit.datasets.validation_cache"):
+        assert not cache.put(key, _sample(10))
+        assert cache.get(key) is None
+        assert cache.get_or_compute(key, lambda: _sample(10))["image"].shape == (32, 32, 3)
+    assert cache.io_errors == 4 and cache.writes == 0
+    assert sum("cannot" in record.getMessage() for record in caplog.records) == 1
+    assert cache.report().entries == 0

@@ -92,7 +92,7 @@ def cache_code_version() -> str:
     """Fingerprint of the code behind a cached sample: :data:`VAL_CACHE_VERSION`, the source of
     the modules that compute it, and the OpenCV, albumentations and numpy versions."""
     parts: list[Any] = [VAL_CACHE_VERSION, cv2.__version__, albumentations.__version__]
-    parts.append(np.__version__)
+    parts += [np.__version__]
     for name in _CACHED_BY:
         source = Path(importlib.import_module(name).__file__).read_bytes()
         parts.append(hashlib.sha256(source).hexdigest())

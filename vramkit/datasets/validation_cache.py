@@ -25,6 +25,8 @@ Guarantees:
   power cut costs one recomputation, and a torn file fails the checksum.
 - Least recently used entries (a hit refreshes the file's modification time) are evicted so that
   the folder stays under ``max_bytes``; an entry larger than the cap on its own is not stored.
+- The cache never stops a run: a folder that cannot be read or written (full disk, wrong
+  permissions) turns reads into misses and writes into no-ops, with one warning per process.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class CacheReport:
     evictions: int
     rejected: int  # corrupt, truncated or stale entries deleted on read
     too_large: int  # entries not stored because they alone exceed max_bytes
+    io_errors: int  # reads and writes the file system refused (served or stored nothing)
 
     @property
     def size_gib(self) -> float:
@@ -115,12 +118,19 @@ class CacheReport:
         return result
 
     def describe(self) -> str:
-        """One line for a log: entries, size against the cap, folder."""
-        return (
+        """One line for a log: entries, size against the cap, folder, and this process's counts
+        when it did any work (loader workers keep theirs)."""
+        line = (
             f"{self.entries} entries, {self.size_gib:.3f} GiB of {self.max_bytes / GIB:.2f} GiB "
-            f"in {self.directory} (this process: {self.hits} hits, {self.misses} misses, "
-            f"{self.writes} writes, {self.evictions} evicted, {self.rejected} rejected)"
+            f"in {self.directory}"
         )
+        counts = (self.hits, self.misses, self.writes, self.evictions, self.rejected)
+        if any(counts):
+            line += (
+                f" (this process: {self.hits} hits, {self.misses} misses, {self.writes} writes, "
+                f"{self.evictions} evicted, {self.rejected} rejected)"
+            )
+        return line
 
 
 @dataclass(frozen=True)
@@ -148,6 +158,8 @@ class ValidationCache:
         self.evictions = 0
         self.rejected = 0
         self.too_large = 0
+        self.io_errors = 0
+        self._warned_io = False
 
     @classmethod
     def with_max_gib(
@@ -176,6 +188,10 @@ class ValidationCache:
         except FileNotFoundError:
             self.misses += 1
             return None
+        except OSError as error:
+            self._io_problem("read", path, error)
+            self.misses += 1
+            return None
         with handle:
             try:
                 arrays = _read_entry(handle, key)
@@ -188,14 +204,15 @@ class ValidationCache:
         self.hits += 1
         # The last use orders the evictions. An entry evicted meanwhile by another worker is
         # gone from the folder, but the arrays mapped from it stay readable.
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.utime(path)
         return arrays
 
     def put(self, key: str, arrays: Mapping[str, np.ndarray]) -> bool:
         """Store ``arrays`` under ``key``, evicting least recently used entries to make room.
 
-        Returns False, storing nothing, when the entry alone would exceed ``max_bytes``.
+        Returns False, storing nothing, when the entry alone would exceed ``max_bytes`` or the
+        folder cannot be written.
         """
         path = self.path_for(key)
         header, payload = _pack(key, arrays)
@@ -210,10 +227,10 @@ class ValidationCache:
                 self.max_bytes / 2**20,
             )
             return False
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._evict(room_for=size, keep=path)
         temporary = partial_write_path(path)
         try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._evict(room_for=size, keep=path)
             with temporary.open("xb") as handle:
                 handle.write(_MAGIC)
                 handle.write(_LENGTH.pack(len(header_bytes)))
@@ -221,11 +238,27 @@ class ValidationCache:
                 handle.write(bytes(payload_start - handle.tell()))
                 handle.write(payload.data)
             os.replace(temporary, path)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
+            self._io_problem("write", path, error)
+            return False
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
         self.writes += 1
         return True
+
+    def _io_problem(self, action: str, path: Path, error: OSError) -> None:
+        self.io_errors += 1
+        if not self._warned_io:
+            self._warned_io = True
+            log.warning(
+                "validation cache: cannot %s %s (%s); going on without the cache where it fails",
+                action,
+                path,
+                error,
+            )
 
     def get_or_compute(
         self, key: str, compute: Callable[[], Mapping[str, np.ndarray]]
@@ -245,8 +278,8 @@ class ValidationCache:
         now = time.time()
         try:
             listing = list(os.scandir(self.directory))
-        except FileNotFoundError:
-            return [], 0, 0
+        except OSError:
+            return [], 0, 0  # not created yet (or unreadable: then nothing can be served either)
         for item in listing:
             try:
                 stat = item.stat(follow_symlinks=False)
@@ -254,7 +287,8 @@ class ValidationCache:
                 continue  # evicted or renamed by another worker during the scan
             if is_partial_write(Path(item.name)):
                 if now - stat.st_mtime > _ABANDONED_AFTER_S:
-                    Path(item.path).unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):
+                        Path(item.path).unlink(missing_ok=True)
                 else:
                     partial_bytes += stat.st_size
                     partial_count += 1
@@ -297,6 +331,7 @@ class ValidationCache:
             evictions=self.evictions,
             rejected=self.rejected,
             too_large=self.too_large,
+            io_errors=self.io_errors,
         )
 
 
@@ -384,12 +419,10 @@ def _read_entry(handle: Any, key: str) -> dict[str, np.ndarray]:
 
 def _unlink_if_same(path: Path, opened: os.stat_result) -> None:
     # Another worker may have replaced the bad file with a good one since it was opened.
-    try:
+    with contextlib.suppress(OSError):
         current = path.stat()
-    except FileNotFoundError:
-        return
-    if (current.st_ino, current.st_dev) == (opened.st_ino, opened.st_dev):
-        path.unlink(missing_ok=True)
+        if (current.st_ino, current.st_dev) == (opened.st_ino, opened.st_dev):
+            path.unlink(missing_ok=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
