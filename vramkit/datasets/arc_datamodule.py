@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +21,7 @@ def _positive(value: Any, key: str) -> int:
     return value
 
 
-class ArcDataModule(L.LightningDataModule):
+class ArcDataModule(L.LightningDataModule, abc.ABC):
     """Training examples of ``train_set`` and validation examples (test pairs) of ``val_set``.
 
     Subclasses make the datasets (``_make_datasets``); batches are padded to their longest
@@ -78,8 +79,9 @@ class ArcDataModule(L.LightningDataModule):
         if self.val_dataset is None:
             self._make_datasets()
 
+    @abc.abstractmethod
     def _make_datasets(self) -> None:
-        raise NotImplementedError
+        """Build ``train_dataset`` and ``val_dataset`` from the loaded examples."""
 
     def _loader(self, dataset, batch_size: int, *, train: bool) -> DataLoader:
         if dataset is None:

@@ -11,6 +11,7 @@ released after the ``except`` block, never inside it.
 
 from __future__ import annotations
 
+import abc
 import gc
 import logging
 import math
@@ -100,7 +101,7 @@ def release_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-class _StepRunner:
+class _StepRunner(abc.ABC):
     phase = ""  # "train" or "val"
 
     def __init__(
@@ -166,10 +167,11 @@ class _StepRunner:
         self.logs.commit()
         return result
 
+    @abc.abstractmethod
     def _micro_batch(
         self, start: int, stop: int, done: dict[int, torch.nn.Parameter]
     ) -> _MicroResult:
-        raise NotImplementedError
+        """Run samples ``start:stop`` of the batch; the subclass says how (train or validate)."""
 
     def _slice(self, start: int, stop: int) -> Any:
         if (start, stop) == (0, self.samples):
