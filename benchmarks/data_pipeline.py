@@ -5,11 +5,13 @@ images (1280×720), the training dataset is built by the project's own data conf
 ``train.py`` builds it, and measured two ways:
 
 - ``in_process`` (the headline ``samples_per_core_s``): ``dataset[i]`` in this process on one
-  thread: decode, augmentation, target maps, normalisation, tensors: the work of a worker core.
+  thread: decode, augmentation, target maps, tensors: the work of a worker core. Samples leave
+  the worker compact (uint8 image and binary maps, 4.1 MB at 640 px); the float conversion and
+  normalisation happen on the device (``vramkit.datasets.device_inputs``), not here.
 - ``loader``: the real ``DataLoader`` with one persistent worker process, batching and the
-  transfer of each batch to the main process through shared memory included (a 640 px sample
-  is 11.5 MB of float32 tensors); samples per CPU-second of that worker, read from ``/proc``
-  (Linux), its start-up and first batch left out.
+  transfer of each batch to the main process through shared memory included; samples per
+  CPU-second of that worker, read from ``/proc`` (Linux), its start-up and first batch left
+  out.
 
 Samples per CPU-second is samples per second per fully used core, and stays meaningful on a
 machine shared with other work, where wall-clock rates depend on the load; those are recorded

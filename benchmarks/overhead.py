@@ -36,6 +36,7 @@ from omegaconf import DictConfig
 
 from benchmarks.configs import compose_run_config, quiet_libraries
 from benchmarks.record import RESULTS_DIR, write_result
+from vramkit.datasets.device_inputs import to_model_inputs
 from vramkit.instantiate import instantiate, instantiate_group
 
 TARGET_OVERHEAD_PCT = 5.0
@@ -93,6 +94,7 @@ def run_plain(cfg: DictConfig, *, max_steps: int | None = None) -> dict[str, flo
         for batch in loader:
             if steps == total:
                 break
+            batch = to_model_inputs(batch)
             losses = loss_fn(net(batch["image"]), batch)
             optimizer.zero_grad(set_to_none=True)
             losses["loss"].backward()

@@ -41,9 +41,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     try:
         (metrics,) = trainer.validate(model, datamodule=datamodule, ckpt_path=str(checkpoint))
         if isinstance(model, TextDetectionModule):
-            predictions = trainer.predict(
-                model, dataloaders=datamodule.val_dataloader(), ckpt_path=str(checkpoint)
-            )
+            predictions = trainer.predict(model, datamodule=datamodule, ckpt_path=str(checkpoint))
             _write_submissions(predictions, Path(cfg.predictions_dir))
     finally:
         finish_wandb()

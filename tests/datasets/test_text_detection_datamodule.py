@@ -36,7 +36,7 @@ def test_batches_of_a_tiny_synthetic_set(tmp_path: Path) -> None:
     module.prepare_data()
     module.setup("fit")
     train = next(iter(module.train_dataloader()))
-    assert train["image"].shape == (2, 3, 128, 128) and train["image"].dtype == torch.float32
+    assert train["image"].shape == (2, 3, 128, 128) and train["image"].dtype == torch.uint8
     for key in MAPS:
         assert train[key].shape == (2, 128, 128)
     assert train["skipped"] == 0 and "polygons" not in train

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from vramkit.hardware.planner.batches import grow_batch
+from vramkit.hardware.planner.batches import cast_floating, grow_batch
 from vramkit.hardware.planner.cuda_rules import BITSANDBYTES_BLOCK
 from vramkit.hardware.planner.optimizer_layouts import (
     AdamW8bitLayout,
@@ -74,7 +74,7 @@ def test_a_batch_grows_tensors_and_repeats_per_sample_annotations():
         "pair": (torch.zeros(1, 2), torch.zeros(1)),
         "skipped": 0,
     }
-    batch = grow_batch(sample, 4, float_dtype=torch.bfloat16)
+    batch = cast_floating(grow_batch(sample, 4), torch.bfloat16)
     assert batch["image"].shape == (4, 3, 8, 8) and batch["image"].dtype == torch.bfloat16
     assert batch["ids"].dtype == torch.long and batch["ids"].shape == (4, 5)
     assert batch["polygons"] == [[(0, 0), (1, 1)]] * 4

@@ -36,32 +36,22 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate
 
+from vramkit.datasets.device_inputs import BINARY_MAP_KEYS, MAP_KEYS, image_to_tensor
 from vramkit.datasets.validation_cache import ValidationCache, content_key
 from vramkit.ocr.icdar_format import read_ground_truth
 from vramkit.ocr.targets import make_targets
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
-IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
-IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
-MAP_KEYS = ("shrink_map", "shrink_mask", "thresh_map", "thresh_mask")
 # Bump when cached validation samples must be recomputed although no source file below changed.
 VAL_CACHE_VERSION = 1
 # The code that computes a cached sample; a change to any of these files changes every key.
 _CACHED_BY = (
     __name__,
     "vramkit.datasets.augment",
+    "vramkit.datasets.device_inputs",
     "vramkit.ocr.targets",
     "vramkit.ocr.polygon_geometry",
 )
-# ImageNet normalisation of every uint8 value, per channel: (3, 256) float32, computed with the
-# float32 operations of the per-pixel formula, so a lookup gives bit-identical results.
-_NORMALIZE_LUT = np.ascontiguousarray(
-    (
-        (np.arange(256, dtype=np.float32)[:, None] * np.float32(1.0 / 255.0) - IMAGENET_MEAN)
-        / IMAGENET_STD
-    ).T
-)
-
 # (image, polygons, ignore) -> (image, polygons), e.g. augment.PolygonTransform
 PolygonTransformFn = Callable[
     [np.ndarray, Sequence[np.ndarray], Sequence[bool]], tuple[np.ndarray, list[np.ndarray]]
@@ -74,17 +64,6 @@ class DataError(RuntimeError):
 
 class DataWarning(UserWarning):
     """Input that was skipped; the message names the file (and line)."""
-
-
-def normalize_image(image: np.ndarray) -> torch.Tensor:
-    """(H, W, 3) uint8 RGB → (3, H, W) float32 tensor normalised with the ImageNet mean/std."""
-    height, width = image.shape[:2]
-    normalised = np.empty((3, height, width), dtype=np.float32)
-    # A table lookup per channel, written straight into the channel-first layout: a fifth of
-    # the time of the float arithmetic and transpose (measured at 640x640 px).
-    for channel, values in enumerate(cv2.split(image)):
-        cv2.LUT(values, _NORMALIZE_LUT[channel], dst=normalised[channel])
-    return torch.from_numpy(normalised)
 
 
 @functools.cache
@@ -100,16 +79,11 @@ def cache_code_version() -> str:
 
 
 def _compact(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Maps that hold only 0 and 1 (masks, the shrink map) stored as uint8: a quarter of the
-    disk; they read back exactly. Anything else is kept as it is."""
-    compact = {}
-    for name, array in arrays.items():
-        if name in MAP_KEYS and array.dtype == np.float32:
-            as_bytes = array.astype(np.uint8)
-            if as_bytes.max(initial=0) <= 1 and np.array_equal(as_bytes, array):
-                array = as_bytes
-        compact[name] = array
-    return compact
+    """The binary maps as uint8 (exact, a quarter of the bytes); everything else as it is."""
+    return {
+        name: array.astype(np.uint8) if name in BINARY_MAP_KEYS else array
+        for name, array in arrays.items()
+    }
 
 
 def _outside(polygon: np.ndarray, height: int, width: int) -> bool:
@@ -120,9 +94,11 @@ def _outside(polygon: np.ndarray, height: int, width: int) -> bool:
 class TextDetectionDataset(Dataset):
     """Images and their DBNet target maps, from ``root/images`` and ``root/gt``.
 
-    Ground truth is parsed once, at construction. Each item is a dict with ``image`` (3, H, W)
-    float32, normalised) and ``shrink_map``, ``shrink_mask``, ``thresh_map``, ``thresh_mask``
-    ((H, W) float32), computed in the loader worker after ``transform``. With
+    Ground truth is parsed once, at construction. Each item is a dict with ``image`` ((3, H, W)
+    uint8 RGB) and ``shrink_map``, ``shrink_mask``, ``thresh_mask`` ((H, W) uint8, 0 or 1) and
+    ``thresh_map`` ((H, W) float32), computed in the loader worker after ``transform``: compact
+    for the trip to the main process; :func:`vramkit.datasets.device_inputs.to_model_inputs`
+    makes the float inputs on the device. With
     ``keep_annotations`` it also holds ``name`` (file stem), ``polygons`` ((4, 2) float32 in the
     ORIGINAL image's px coordinates), ``ignore`` (``###`` flags) and ``original_size`` (h, w).
 
@@ -261,13 +237,12 @@ class TextDetectionDataset(Dataset):
         stored = self.cache.get(key)
         if stored is not None:
             # Copies: the stored arrays are read-only views of a file mapping.
-            maps = {name: stored[name].astype(np.float32) for name in MAP_KEYS}
-            return {**stored, **maps}
+            return {name: np.array(array) for name, array in stored.items()}
         image = self._decode(path, data)
         if image is None:
             return None  # never cached: a repaired file must be read again
-        arrays = self._compute(index, image)
-        self.cache.put(key, _compact(arrays))
+        arrays = _compact(self._compute(index, image))
+        self.cache.put(key, arrays)
         return arrays
 
     def __getitem__(self, index: int) -> dict[str, Any] | None:
@@ -279,10 +254,10 @@ class TextDetectionDataset(Dataset):
             arrays = self._cached(index, path, data)
         else:
             image = self._decode(path, data)
-            arrays = None if image is None else self._compute(index, image)
+            arrays = None if image is None else _compact(self._compute(index, image))
         if arrays is None:
             return None
-        sample: dict[str, Any] = {"image": normalize_image(arrays["image"])}
+        sample: dict[str, Any] = {"image": image_to_tensor(arrays["image"])}
         for key in MAP_KEYS:
             sample[key] = torch.from_numpy(arrays[key])
         if self.keep_annotations:

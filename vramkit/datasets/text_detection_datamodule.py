@@ -14,6 +14,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch.utils.data import DataLoader
 
 from vramkit.datasets.augment import build_train_transform, build_val_transform
+from vramkit.datasets.device_inputs import to_model_inputs
 from vramkit.datasets.icdar_folder import TextDetectionDataset, collate_text_detection
 from vramkit.datasets.synthetic_text import SyntheticTextConfig, ensure_synthetic_dataset
 from vramkit.datasets.validation_cache import DEFAULT_MAX_GIB, ValidationCache
@@ -263,6 +264,21 @@ class TextDetectionDataModule(L.LightningDataModule):
         if self.val_dataset is None:
             raise RuntimeError("call setup() before val_dataloader()")
         return self._loader(self.val_dataset, self.val_batch_size, train=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The validation split, in order: what ``eval.py`` writes submission files for."""
+        return self.val_dataloader()
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Float model inputs from the compact uint8 batch, made on the device.
+
+        Lightning casts inputs for `*-true` precisions before the transfer, when the image is
+        still uint8; the same cast is applied here to what the conversion made.
+        """
+        batch = to_model_inputs(batch)
+        if self.trainer is not None:
+            batch = self.trainer.precision_plugin.convert_input(batch)
+        return batch
 
     def teardown(self, stage: str) -> None:
         """Log the validation cache's storage report at the end of a run."""

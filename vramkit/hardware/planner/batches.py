@@ -10,12 +10,14 @@ dynamically gives the first sample's length: pad to a fixed `max_length` to plan
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, IterableDataset
 
 from vramkit.hardware.planner.errors import PlanningDataError
@@ -33,6 +35,9 @@ class PhaseSamples:
     """Training samples (None when the dataset has no length); caps the training batch."""
     val_size: int | None
     """Validation samples (None when unknown); caps the validation batch."""
+    after_transfer: Callable[[Any], Any] | None = None
+    """The datamodule's `on_after_batch_transfer` (batch → batch), when it has its own: what
+    the step sees (e.g. float inputs made from compact uint8 batches)."""
 
 
 def _first_loader(loaders: Any, split: str) -> DataLoader:
@@ -87,15 +92,37 @@ def sample_batches(datamodule: L.LightningDataModule) -> PhaseSamples:
     datamodule.setup("fit")
     train, train_size = _one_sample(_first_loader(datamodule.train_dataloader(), "train"), "train")
     val, val_size = _one_sample(_first_loader(datamodule.val_dataloader(), "val"), "val")
-    return PhaseSamples(train=train, val=val, train_size=train_size, val_size=val_size)
+    after_transfer = None
+    if is_overridden("on_after_batch_transfer", datamodule):
+        after_transfer = functools.partial(datamodule.on_after_batch_transfer, dataloader_idx=0)
+    return PhaseSamples(
+        train=train,
+        val=val,
+        train_size=train_size,
+        val_size=val_size,
+        after_transfer=after_transfer,
+    )
 
 
-def grow_batch(sample: Any, batch_size: int, *, float_dtype: torch.dtype | None = None) -> Any:
+def cast_floating(batch: Any, dtype: torch.dtype | None) -> Any:
+    """`batch` with every floating tensor cast to `dtype` (what Lightning's `*-true` precisions
+    do to inputs); None leaves it as it is."""
+    if dtype is None:
+        return batch
+    if isinstance(batch, torch.Tensor):
+        return batch.to(dtype) if batch.is_floating_point() else batch
+    if isinstance(batch, Mapping):
+        return {key: cast_floating(value, dtype) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(cast_floating(value, dtype) for value in batch)
+    return batch
+
+
+def grow_batch(sample: Any, batch_size: int) -> Any:
     """A batch of `batch_size` samples shaped like the collated single `sample`.
 
     Tensors are new (uninitialised: call under a fake mode) with the first dimension set to
-    `batch_size`; floating tensors take `float_dtype` when given (Lightning's `*-true`
-    precisions convert inputs). Mappings become dicts. A list or tuple of length 1 without
+    `batch_size`. Mappings become dicts. A list or tuple of length 1 without
     tensors is one sample's annotations and is repeated; other values are kept.
     """
     if batch_size < 1:
@@ -103,11 +130,8 @@ def grow_batch(sample: Any, batch_size: int, *, float_dtype: torch.dtype | None 
 
     def grow(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            dtype = value.dtype
-            if float_dtype is not None and value.is_floating_point():
-                dtype = float_dtype
             shape = (batch_size, *value.shape[1:]) if value.dim() else ()
-            return torch.empty(shape, dtype=dtype)
+            return torch.empty(shape, dtype=value.dtype)
         if isinstance(value, Mapping):
             return {key: grow(item) for key, item in value.items()}
         if isinstance(value, (list, tuple)):

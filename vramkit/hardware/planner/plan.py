@@ -21,7 +21,7 @@ from typing import Any
 from omegaconf import DictConfig
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from vramkit.hardware.planner.batches import PhaseSamples, grow_batch
+from vramkit.hardware.planner.batches import PhaseSamples, cast_floating, grow_batch
 from vramkit.hardware.planner.cuda_rules import GIB, TRUE_PRECISIONS
 from vramkit.hardware.planner.fake_trace import (
     FakeStepRecorder,
@@ -155,7 +155,10 @@ class MemoryPlanner:
         sample = self.samples.train if phase == TRAIN else self.samples.val
         module = subject.module
         with cuda_semantics(setup) as (semantics, attention), subject.fake_mode:
-            batch = grow_batch(sample, batch_size, float_dtype=_input_dtype(setup.precision))
+            batch = grow_batch(sample, batch_size)
+            if self.samples.after_transfer is not None:
+                batch = self.samples.after_transfer(batch)
+            batch = cast_floating(batch, _input_dtype(setup.precision))
             optimizer = build_optimizer(
                 module,
                 setup,
