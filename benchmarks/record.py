@@ -54,8 +54,32 @@ def _git_commit() -> str | None:
     return result.stdout.strip() or None
 
 
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(steal, total) CPU ticks of the whole machine so far (Linux: /proc/stat), or None."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    # cpu user nice system idle iowait irq softirq steal guest guest_nice
+    ticks = [int(value) for value in fields[1:9]]
+    return (ticks[7], sum(ticks)) if len(ticks) == 8 else None
+
+
+_TICKS_AT_START = _cpu_ticks()  # benchmarks import this module first thing
+
+
+def cpu_steal_fraction() -> float | None:
+    """Share of this machine's CPU time taken by the hypervisor for other guests since the
+    benchmark started: above a few percent, a noisy neighbour is slowing every timing."""
+    now = _cpu_ticks()
+    if now is None or _TICKS_AT_START is None or now[1] <= _TICKS_AT_START[1]:
+        return None
+    return round((now[0] - _TICKS_AT_START[0]) / (now[1] - _TICKS_AT_START[1]), 4)
+
+
 def machine_facts() -> dict[str, Any]:
-    """Cores, CPU, GPU, library versions and the load average (1, 5, 15 min) right now."""
+    """Cores, CPU, GPU, library versions, the load average (1, 5, 15 min) right now and the
+    CPU steal since the benchmark started."""
     import cv2
 
     facts: dict[str, Any] = {
@@ -72,6 +96,7 @@ def machine_facts() -> dict[str, Any]:
     }
     if hasattr(os, "getloadavg"):
         facts["load_average"] = [round(value, 2) for value in os.getloadavg()]
+    facts["cpu_steal_fraction"] = cpu_steal_fraction()
     return facts
 
 

@@ -74,6 +74,8 @@ def test_result_file_holds_command_machine_and_numbers(tmp_path: Path) -> None:
     facts = machine_facts()
     assert result["machine"]["torch"] == facts["torch"]
     assert facts["usable_cores"] >= 1
+    steal = facts["cpu_steal_fraction"]
+    assert steal is None or 0.0 <= steal <= 1.0
 
 
 def test_last_logged_takes_the_last_non_empty_value(tmp_path: Path) -> None:
@@ -110,7 +112,7 @@ def test_overhead_sides_take_the_same_steps(tmp_path: Path) -> None:
         epochs=1,
         extra_overrides=(
             f"paths.data_dir={tmp_path}",
-            "data.synthetic.num_train=16",
+            "data.synthetic.num_train=32",
             "data.synthetic.image_size=64",
             "data.image_size=64",
             "data.val_image_size=64",

@@ -93,9 +93,6 @@ class TextClassificationModule(OOMResilientModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.optimizer_factory(params=self.parameters())
-        total_steps = int(self.trainer.estimated_stepping_batches)
-        scheduler = self.lr_schedule.build(optimizer, total_steps)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
-        }
+        return self.lr_schedule.lightning_config(
+            optimizer, int(self.trainer.estimated_stepping_batches)
+        )

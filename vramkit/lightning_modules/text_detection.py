@@ -107,12 +107,9 @@ class TextDetectionModule(OOMResilientModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.optimizer_factory(params=self.parameters())
-        total_steps = int(self.trainer.estimated_stepping_batches)
-        scheduler = self.lr_schedule.build(optimizer, total_steps)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
-        }
+        return self.lr_schedule.lightning_config(
+            optimizer, int(self.trainer.estimated_stepping_batches)
+        )
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, list]:
         """Boxes and scores per image, with the image names, for submission files."""
