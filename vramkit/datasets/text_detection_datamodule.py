@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 from vramkit.datasets.augment import build_train_transform, build_val_transform
 from vramkit.datasets.device_inputs import to_model_inputs
 from vramkit.datasets.icdar_folder import TextDetectionDataset, collate_text_detection
+from vramkit.datasets.loader_workers import init_loader_worker
 from vramkit.datasets.synthetic_text import SyntheticTextConfig, ensure_synthetic_dataset
 from vramkit.datasets.validation_cache import DEFAULT_MAX_GIB, ValidationCache
 from vramkit.ocr.targets import make_targets
@@ -253,6 +254,7 @@ class TextDetectionDataModule(L.LightningDataModule):
             persistent_workers=self.persistent_workers and workers,
             prefetch_factor=self.prefetch_factor if workers else None,
             collate_fn=collate_text_detection,
+            worker_init_fn=init_loader_worker if workers else None,
         )
 
     def train_dataloader(self) -> DataLoader:
