@@ -103,7 +103,7 @@ def _pct(vramkit: float, plain: float) -> float:
     return round(100.0 * (vramkit - plain) / plain, 2)
 
 
-def run(repeats: int = 4, epochs: int = 2, extra_overrides: Sequence[str] = ()) -> dict:
+def run(repeats: int = 6, epochs: int = 2, extra_overrides: Sequence[str] = ()) -> dict:
     """Alternate the two ``repeats`` times each; best runs, medians and the overhead in %."""
     quiet_libraries()
     torch.set_num_threads(1)  # one core computes, the other loads (the CPU profile's split)
@@ -152,6 +152,17 @@ def run(repeats: int = 4, epochs: int = 2, extra_overrides: Sequence[str] = ()) 
             1000 * (vramkit["best_cpu_seconds"] - plain["best_cpu_seconds"]) / step_count, 1
         ),
         "overhead_pct_median": _pct(vramkit["median_cpu_seconds"], plain["median_cpu_seconds"]),
+        # each repeat's two runs ran back to back: their ratio cancels slow drifts of the load
+        "overhead_pct_paired_median": round(
+            statistics.median(
+                100.0 * (mine["cpu_seconds"] - theirs["cpu_seconds"]) / theirs["cpu_seconds"]
+                for mine, theirs in zip(results["vramkit"], results["plain"], strict=True)
+            ),
+            2,
+        ),
+        "plain_spread_pct": _pct(
+            max(r["cpu_seconds"] for r in results["plain"]), plain["best_cpu_seconds"]
+        ),
         "plain_wall_seconds": round(plain["best_wall_seconds"], 3),
         "vramkit_wall_seconds": round(vramkit["best_wall_seconds"], 3),
         "overhead_pct_wall": _pct(vramkit["best_wall_seconds"], plain["best_wall_seconds"]),
@@ -161,14 +172,16 @@ def run(repeats: int = 4, epochs: int = 2, extra_overrides: Sequence[str] = ()) 
             for side, runs in results.items()
         },
         "timing": "best run of each side, in CPU seconds of this process (all threads; the "
-        "loader worker excluded); *_median is over the repeats; *_wall* are wall-clock",
+        "loader worker excluded); *_median is over the repeats; *_paired_median is the median "
+        "over repeats of the two back-to-back runs' difference; plain_spread_pct is how much the "
+        "plain loop's slowest run took over its fastest (the noise floor); *_wall* are wall-clock",
     }
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Command line; returns the numbers written."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.overhead", description=__doc__)
-    parser.add_argument("--repeats", type=int, default=4, help="runs of each side")
+    parser.add_argument("--repeats", type=int, default=6, help="runs of each side")
     parser.add_argument("--epochs", type=int, default=2, help="epochs of each run")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="folder of the JSON file")
     args = parser.parse_args(argv)
