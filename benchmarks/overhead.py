@@ -23,6 +23,7 @@ medians and wall-clock numbers are recorded too.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import tempfile
 import time
@@ -60,16 +61,39 @@ def _built(cfg: DictConfig) -> tuple[Any, Any]:
     return datamodule, instantiate(cfg.model)
 
 
+def steady_step_seconds(marks: Sequence[float]) -> float:
+    """Median CPU seconds from one step's start to the next's, the first 3 steps left out
+    (start-up), so a run's fixed costs (set-up, checkpoints at epoch ends) do not count."""
+    intervals = [later - earlier for earlier, later in itertools.pairwise(marks[3:])]
+    return statistics.median(intervals) if intervals else float("nan")
+
+
+class StepStartMarks(L.Callback):
+    """Process CPU time at the start of every training batch."""
+
+    def __init__(self) -> None:
+        self.marks: list[float] = []
+
+    def on_train_batch_start(self, *args: Any) -> None:
+        self.marks.append(time.process_time())
+
+
 def run_vramkit(cfg: DictConfig) -> dict[str, float]:
     """``trainer.fit`` with the default callbacks; CPU and wall seconds, optimizer steps."""
     datamodule, model = _built(cfg)
-    callbacks = instantiate_group(cfg.get("callbacks"))
+    marks = StepStartMarks()
+    callbacks = [*instantiate_group(cfg.get("callbacks")), marks]
     loggers = instantiate_group(cfg.get("logger"))
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     cpu, wall = time.process_time(), time.perf_counter()
     trainer.fit(model, datamodule=datamodule)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    return {"cpu_seconds": cpu, "wall_seconds": wall, "steps": trainer.global_step}
+    return {
+        "cpu_seconds": cpu,
+        "wall_seconds": wall,
+        "steps": trainer.global_step,
+        "steady_step_seconds": steady_step_seconds(marks.marks),
+    }
 
 
 def run_plain(cfg: DictConfig, *, max_steps: int | None = None) -> dict[str, float]:
@@ -83,11 +107,13 @@ def run_plain(cfg: DictConfig, *, max_steps: int | None = None) -> dict[str, flo
     scheduler = module.lr_schedule.build(optimizer, total)
     net.train()
     steps = 0
+    marks = []
     cpu, wall = time.process_time(), time.perf_counter()
     for _ in range(epochs):
         for batch in loader:
             if steps == total:
                 break
+            marks.append(time.process_time())
             batch = to_model_inputs(batch)
             losses = loss_fn(net(batch["image"]), batch)
             optimizer.zero_grad(set_to_none=True)
@@ -96,7 +122,12 @@ def run_plain(cfg: DictConfig, *, max_steps: int | None = None) -> dict[str, flo
             scheduler.step()
             steps += 1
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    return {"cpu_seconds": cpu, "wall_seconds": wall, "steps": steps}
+    return {
+        "cpu_seconds": cpu,
+        "wall_seconds": wall,
+        "steps": steps,
+        "steady_step_seconds": steady_step_seconds(marks),
+    }
 
 
 def _pct(vramkit: float, plain: float) -> float:
@@ -139,6 +170,10 @@ def run(repeats: int = 6, epochs: int = 2, extra_overrides: Sequence[str] = ()) 
         for side, runs in results.items()
     }
     plain, vramkit = summary["plain"], summary["vramkit"]
+    plain_steady, vramkit_steady = (
+        statistics.median(r["steady_step_seconds"] for r in results[side])
+        for side in ("plain", "vramkit")
+    )
     (step_count,) = steps["plain"]
     return {
         "steps": step_count,
@@ -160,6 +195,10 @@ def run(repeats: int = 6, epochs: int = 2, extra_overrides: Sequence[str] = ()) 
             ),
             2,
         ),
+        # steady state: per-step costs only, each side's median step over its repeats
+        "steady_step_ms_plain": round(1000 * plain_steady, 1),
+        "steady_step_ms_vramkit": round(1000 * vramkit_steady, 1),
+        "steady_step_overhead_pct": _pct(vramkit_steady, plain_steady),
         "plain_spread_pct": _pct(
             max(r["cpu_seconds"] for r in results["plain"]), plain["best_cpu_seconds"]
         ),
@@ -174,7 +213,9 @@ def run(repeats: int = 6, epochs: int = 2, extra_overrides: Sequence[str] = ()) 
         "timing": "best run of each side, in CPU seconds of this process (all threads; the "
         "loader worker excluded); *_median is over the repeats; *_paired_median is the median "
         "over repeats of the two back-to-back runs' difference; plain_spread_pct is how much the "
-        "plain loop's slowest run took over its fastest (the noise floor); *_wall* are wall-clock",
+        "plain loop's slowest run took over its fastest (the noise floor); steady_step_* compare "
+        "median step times after the first 3 steps (per-step costs without the fixed ones); "
+        "*_wall* are wall-clock",
     }
 
 

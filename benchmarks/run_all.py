@@ -42,10 +42,10 @@ def _headline(name: str, results: dict) -> tuple[str, str, bool]:
         return text + " per core", f">= {target:.0f}/s", min(rates.values()) >= target
     if name == "overhead":
         noise = ""
-        if "plain_spread_pct" in results:
+        if "steady_step_overhead_pct" in results:
             noise = (
-                f" (median {results['overhead_pct_median']}%, plain loop's own spread "
-                f"{results['plain_spread_pct']}%)"
+                f" (steady-state steps {results['steady_step_overhead_pct']}%, plain loop's "
+                f"own spread {results['plain_spread_pct']}%)"
             )
         return (
             f"{results['overhead_pct']}%{noise}",
