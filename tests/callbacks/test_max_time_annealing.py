@@ -3,11 +3,14 @@ survives a checkpoint; without max_time nothing changes."""
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
+import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import Timer
+from torch.utils.data import DataLoader, TensorDataset
 
 from vramkit.callbacks.max_time_annealing import MaxTimeAnnealing
 from vramkit.lightning_modules.lr_schedules import WarmupPolyLR, WarmupPolySchedule
@@ -133,3 +136,45 @@ def test_the_scheduler_follows_the_schedule_formula() -> None:
 def test_bad_settings_name_their_key(arguments: dict, key: str) -> None:
     with pytest.raises(ValueError, match=f"max_time_annealing.{key}"):
         MaxTimeAnnealing(**arguments)
+
+
+class SlowRegression(L.LightningModule):
+    """A one-weight model whose steps take about 40 ms, scheduled by WarmupPolySchedule."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.04)
+        return ((self.weight - batch[0]) ** 2).mean()
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        return WarmupPolySchedule(warmup_steps=5).lightning_config(
+            optimizer, int(self.trainer.estimated_stepping_batches)
+        )
+
+
+def test_a_real_fit_stopped_by_max_time_ends_annealed(tmp_path) -> None:
+    data = DataLoader(TensorDataset(torch.ones(64, 1)), batch_size=1)
+    callback = MaxTimeAnnealing(check_every_n_steps=5, safety_fraction=0.1, min_steps=10)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=100,  # 6400 steps planned; max_time stops it after about 75
+        max_time={"seconds": 3},
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(SlowRegression(), train_dataloaders=data)
+    (config,) = trainer.lr_scheduler_configs
+    scheduler = config.scheduler
+    assert callback.moves >= 1
+    assert scheduler.planned_steps == 6400
+    assert trainer.global_step < 200 and scheduler.total_steps < 200
+    last_rate = scheduler.get_last_lr()[0]
+    assert last_rate < 0.1 * 0.2, f"still at {last_rate / 0.1:.0%} of the peak when stopped"
