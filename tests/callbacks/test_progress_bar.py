@@ -81,9 +81,8 @@ def test_the_run_eta_extrapolates_the_steps_done(monkeypatch):
     assert bar.run_eta_seconds(trainer) == pytest.approx(16.0)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm is Linux only")
 def test_resident_set_size_without_psutil_reads_proc(monkeypatch):
-    if not sys.platform.startswith("linux"):
-        pytest.skip("/proc/self/statm is Linux only")
     monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil now raises ImportError
     rss = resident_set_gib()
     ballast = torch.ones(64 * 2**20, dtype=torch.uint8)  # 64 MiB, touched

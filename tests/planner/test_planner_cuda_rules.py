@@ -24,6 +24,7 @@ from vramkit.hardware.planner.cuda_rules import (
     round_allocation,
 )
 from vramkit.hardware.planner.fake_trace import FakeStepRecorder
+from vramkit.hardware.planner.recorder import StorageRecorder
 
 T4 = DeviceRules(capability=(7, 5), flash_attention=False, mem_efficient_attention=True)
 ADA = DeviceRules(capability=(8, 9), flash_attention=True, mem_efficient_attention=True)
@@ -128,3 +129,13 @@ def test_values_a_fake_tensor_lacks_get_worst_case_stand_ins():
             assert torch.nonzero(scores).shape == (400, 2)
             assert torch.masked_select(scores, scores > 0).shape == (400,)
             assert torch.topk(scores.flatten(), min(count, scores.numel())).values.shape == (400,)
+
+
+def test_tensors_without_a_storage_are_left_out_of_the_count():
+    recorder = StorageRecorder()
+    dense = torch.zeros(256, dtype=torch.uint8)
+    with torch.sparse.check_sparse_tensor_invariants(False):
+        sparse = torch.sparse_coo_tensor(torch.tensor([[0], [0]]), torch.tensor([1.0]), (2, 2))
+    recorder.register([sparse, dense, None], "inputs")
+    assert recorder.current == 256  # the dense tensor only; the sparse one has no storage
+    recorder.close()

@@ -34,14 +34,14 @@ def normalize_images(images: torch.Tensor, dtype: torch.dtype = torch.float32) -
     """(B, 3, H, W) uint8 RGB → ``dtype``, scaled to [0, 1] and ImageNet-normalised per channel.
 
     Computed in float32 as ``(v / 255 - mean) / std``, then cast: the numbers the float32
-    pipeline of the reference implementations gives.
+    pipeline of the reference implementations gives. The constants are Python scalars: a
+    constant tensor built per batch would be a blocking host-to-device copy on every step.
     """
     if images.dtype != torch.uint8:
         raise ValueError(f"expected uint8 images, got {images.dtype}")
-    shape = (1, 3, 1, 1)
-    mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=images.device).view(shape)
-    std = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=images.device).view(shape)
-    normalised = images.to(torch.float32).mul_(1.0 / 255.0).sub_(mean).div_(std)
+    normalised = images.to(torch.float32).mul_(1.0 / 255.0)
+    for channel, (mean, std) in enumerate(zip(IMAGENET_MEAN, IMAGENET_STD, strict=True)):
+        normalised[:, channel].sub_(mean).div_(std)
     return normalised.to(dtype)
 
 
