@@ -6,7 +6,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from vramkit.evaluation import evaluate
+from vramkit.core.run.evaluate import evaluate
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from vramkit.training import train
+from vramkit.core.run.train import train
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 

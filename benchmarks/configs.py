@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from benchmarks.record import REPO_ROOT
-from vramkit.hardware.resolve import resolve_hardware
+from vramkit.core.hardware.resolve import resolve_hardware
 
 CONF_DIR = REPO_ROOT / "conf"
 # Benchmark data lives with the project's generated data, so it is rendered once per checkout.

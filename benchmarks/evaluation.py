@@ -22,7 +22,7 @@ import numpy as np
 import shapely
 
 from benchmarks.record import RESULTS_DIR, write_result
-from vramkit.ocr.evaluate import ImageCounts, match_image, summarize
+from vramkit.tasks.text_detection.icdar_eval import ImageCounts, match_image, summarize
 
 IOU_THRESHOLD = 0.5
 AREA_PRECISION_THRESHOLD = 0.5

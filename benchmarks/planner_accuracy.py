@@ -30,11 +30,11 @@ import torch
 from omegaconf import OmegaConf, open_dict
 
 from benchmarks.record import REPO_ROOT, write_result
-from vramkit.hardware.planner import plan_task
-from vramkit.hardware.planner.config import compose_train_config, target_profile
-from vramkit.hardware.planner.cuda_rules import GIB
-from vramkit.hardware.profile import HardwareProfile
-from vramkit.instantiate import instantiate
+from vramkit.core.hardware.profile import HardwareProfile
+from vramkit.core.planner import plan_task
+from vramkit.core.planner.config import compose_train_config, target_profile
+from vramkit.core.planner.cuda_rules import GIB
+from vramkit.core.run.instantiate import instantiate
 
 NAME = "planner_accuracy"
 TARGET_ERROR_PCT = 10.0

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from vramkit.checkpoint_io import atomic_write_bytes
+from vramkit.core.io.checkpoint_io import atomic_write_bytes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
-TOY_ICDAR_DIR = REPO_ROOT.parent / "shared" / "data" / "icdar2015_toy"
+TOY_ICDAR_DIR = REPO_ROOT / "tests" / "data" / "icdar2015_toy"
 
 
 def usable_cores() -> int:

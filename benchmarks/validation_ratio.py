@@ -30,9 +30,9 @@ from omegaconf import OmegaConf
 
 from benchmarks.configs import compose_run_config, quiet_libraries
 from benchmarks.record import RESULTS_DIR, write_result
-from vramkit.datasets.icdar_folder import DataWarning
-from vramkit.instantiate import instantiate
-from vramkit.training import train
+from vramkit.core.run.instantiate import instantiate
+from vramkit.core.run.train import train
+from vramkit.tasks.text_detection.icdar_folder import DataWarning
 
 TARGET_RATIO = 1.5
 RATIO_METRIC = "perf/val_train_time_ratio"

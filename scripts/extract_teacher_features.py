@@ -14,7 +14,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from vramkit.sage.feature_extraction import run_extraction
+from vramkit.tasks.sage.feature_extraction import run_extraction
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[1]))
 

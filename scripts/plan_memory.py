@@ -21,9 +21,9 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from vramkit.hardware.planner import PlanningError, plan_json, plan_table, plan_task
-from vramkit.hardware.planner.config import compose_train_config, target_profile
-from vramkit.hardware.profile import AUTO, HardwareProfile, ProfileError
+from vramkit.core.hardware.profile import AUTO, HardwareProfile, ProfileError
+from vramkit.core.planner import PlanningError, plan_json, plan_table, plan_task
+from vramkit.core.planner.config import compose_train_config, target_profile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, open_dict
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
-TOY_ICDAR_DIR = REPO_ROOT.parent / "shared" / "data" / "icdar2015_toy"
+TOY_ICDAR_DIR = REPO_ROOT / "tests" / "data" / "icdar2015_toy"
 
 os.environ.setdefault("PROJECT_ROOT", str(REPO_ROOT))
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -27,7 +27,7 @@ torch.set_num_threads(1)
 def toy_icdar_dir() -> Path:
     """The 7 real ICDAR 2015 images with their ground truth (images/, gt/)."""
     if not TOY_ICDAR_DIR.is_dir():
-        pytest.fail(f"the shared toy ICDAR data is missing: {TOY_ICDAR_DIR}")
+        pytest.fail(f"the toy ICDAR data is missing: {TOY_ICDAR_DIR}")
     return TOY_ICDAR_DIR
 
 

@@ -1,0 +1,90 @@
+"""Per-phase memory metrics reach the CSV log, each phase has its own peak, a table is printed."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from vramkit.core.callbacks.memory_monitor import MemoryMonitor
+from vramkit.core.hardware.memory_stats import GIB, read_host_memory, reset_host_peak
+
+VAL_EXTRA_BYTES = 384 * 2**20  # what each validation step holds on top of training
+
+
+class _HungryValidation(L.LightningModule):
+    """Validation briefly holds VAL_EXTRA_BYTES more than training does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx):
+        scratch = torch.ones(VAL_EXTRA_BYTES // 4)
+        scratch.add_(1)  # touch every page, so it is resident
+        self.log("val/loss", self.layer(batch[0]).pow(2).mean() + scratch[0] * 0)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _metrics_rows(save_dir: Path) -> list[dict[str, str]]:
+    (path,) = save_dir.glob("**/metrics.csv")
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.skipif(read_host_memory() is None, reason="needs /proc/self/status (Linux)")
+def test_phase_memory_reaches_the_csv_with_separate_peaks(tmp_path, capsys):
+    monitor = MemoryMonitor()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        logger=CSVLogger(tmp_path, name="csv"),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[monitor],
+    )
+    loader = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+    trainer.fit(_HungryValidation(), train_dataloaders=loader, val_dataloaders=loader)
+
+    rows = _metrics_rows(tmp_path)
+    names = set(rows[0])
+    assert {"mem/train_peak_gib", "mem/train_rss_gib", "mem/val_peak_gib", "mem/val_rss_gib"} <= (
+        names
+    )
+    train = [float(r["mem/train_peak_gib"]) for r in rows if r["mem/train_peak_gib"]]
+    val = [float(r["mem/val_peak_gib"]) for r in rows if r["mem/val_peak_gib"]]
+    assert len(train) == len(val) == 2  # one value per epoch and phase
+    assert all(0 < peak < 64 for peak in train + val)
+    if reset_host_peak():
+        # training's second epoch came after a validation: its peak is its own
+        assert val[0] - train[1] > 0.8 * VAL_EXTRA_BYTES / GIB
+    printed = capsys.readouterr().out
+    assert "Memory per phase (GiB)" in printed
+    assert "train" in printed and "val" in printed
+
+
+def test_host_memory_is_read_from_proc_status(tmp_path):
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\nThreads:\t1\n")
+    reading = read_host_memory(status)
+    assert (reading.peak, reading.current, reading.reserved_peak) == (2 * 2**20, 2**20, None)
+    status.write_text("Name:\tpython\n")
+    assert read_host_memory(status) is None
+    assert read_host_memory(tmp_path / "missing") is None
+
+
+def test_a_readonly_system_cannot_reset_the_host_peak(tmp_path):
+    assert not reset_host_peak(tmp_path / "no" / "clear_refs")

@@ -1,0 +1,110 @@
+"""The hygiene callback cleans at every phase boundary, and touches CUDA only when it is in use."""
+
+from __future__ import annotations
+
+import gc
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.trainer.states import TrainerFn
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from vramkit.core.callbacks.phase_memory_hygiene import PhaseMemoryHygiene
+
+
+class _Linear(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx):
+        self.layer(batch[0])
+
+    def test_step(self, batch, batch_idx):
+        self.layer(batch[0])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class _Events(L.Callback):
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def on_train_batch_end(self, *_):
+        self.events.append("train")
+
+    def on_validation_batch_end(self, *_):
+        self.events.append("val")
+
+    def on_test_batch_end(self, *_):
+        self.events.append("test")
+
+
+def test_collects_between_training_and_validation_both_ways_and_before_testing(monkeypatch):
+    events: list[str] = []
+    monkeypatch.setattr(gc, "collect", lambda *args: events.append("clean") or 0)
+    hygiene = PhaseMemoryHygiene()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[hygiene, _Events(events)],
+    )
+    loader = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+    module = _Linear()
+    trainer.fit(module, train_dataloaders=loader, val_dataloaders=loader)
+    trainer.test(module, dataloaders=loader, verbose=False)
+    # one entry per run of batches of a phase; every cleaning kept
+    phases = [e for i, e in enumerate(events) if e == "clean" or i == 0 or e != events[i - 1]]
+    assert phases == [
+        "train",
+        "clean",  # training -> validation
+        "val",
+        "clean",  # validation -> training
+        "train",
+        "clean",
+        "val",
+        "clean",  # fit ends after validation: still cleaned, as training could resume
+        "clean",  # before testing
+        "test",
+    ]
+    assert hygiene.cleanings == 5
+
+
+def test_empties_the_cuda_cache_and_resets_peaks_only_once_cuda_is_in_use(monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    monkeypatch.setattr(
+        torch.cuda, "reset_peak_memory_stats", lambda *a: calls.append("reset_peaks")
+    )
+    fitting = SimpleNamespace(state=SimpleNamespace(fn=TrainerFn.FITTING))
+    hygiene = PhaseMemoryHygiene()
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    hygiene.on_validation_start(fitting, None)
+    assert calls == []  # emptying an unused cache would create a CUDA context
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    hygiene.on_validation_start(fitting, None)
+    hygiene.on_validation_end(fitting, None)
+    hygiene.on_test_start(fitting, None)
+    assert calls == ["empty_cache", "reset_peaks"] * 3
+
+
+@pytest.mark.parametrize("fn", [TrainerFn.VALIDATING, TrainerFn.TESTING])
+def test_a_standalone_validation_is_not_followed_by_a_cleaning(fn):
+    hygiene = PhaseMemoryHygiene()
+    hygiene.on_validation_end(SimpleNamespace(state=SimpleNamespace(fn=fn)), None)
+    assert hygiene.cleanings == 0

@@ -1,0 +1,229 @@
+"""resolve_hardware end to end: Hydra's `+hw=` group, detection, refusal, rehearsal, batches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from vramkit.core.hardware.detect import DeviceInfo
+from vramkit.core.hardware.device_check import HardwareMismatchError
+from vramkit.core.hardware.profile import ProfileError
+from vramkit.core.hardware.resolve import resolve_hardware
+
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+CPU_2 = DeviceInfo("cpu", "CPU", 16.0, None, count=0, cpu_count=2)
+T4 = DeviceInfo("cuda", "Tesla T4", 14.57, (7, 5), count=1, cpu_count=2)
+H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 79.19, (9, 0), count=1, cpu_count=16)
+
+# A stand-in for conf/train.yaml that reads the profile the way the trainer and data configs do.
+PRIMARY = """\
+defaults:
+  - _self_
+hydra:
+  searchpath:
+    - file://{conf_dir}
+batch_size_defaults:
+  train: 8
+  val: 16
+data:
+  batch_size: ${{hw.batch_size}}
+  val_batch_size: ${{hw.val_batch_size}}
+  num_workers: ${{hw.num_workers}}
+  pin_memory: ${{hw.pin_memory}}
+trainer:
+  accelerator: ${{hw.accelerator}}
+  devices: ${{hw.devices}}
+  precision: ${{hw.precision}}
+  accumulate_grad_batches: ${{hw.accumulate_grad_batches}}
+model:
+  compile: ${{hw.compile}}
+"""
+
+
+@pytest.fixture(autouse=True)
+def no_hydra_run() -> Iterator[None]:
+    """Start each test outside a Hydra run, whatever an earlier test left in HydraConfig."""
+    instance = HydraConfig.instance()
+    saved = instance.cfg
+    instance.cfg = None
+    yield
+    instance.cfg = saved
+
+
+@pytest.fixture
+def compose_hw(tmp_path: Path) -> Iterator[Callable[..., DictConfig]]:
+    """Compose the stand-in primary config with overrides, as `python train.py …` would.
+
+    With `hydra_run=True` the Hydra run context is set too, so the overrides are known.
+    """
+    (tmp_path / "primary.yaml").write_text(PRIMARY.format(conf_dir=CONF_DIR))
+
+    def _compose(*overrides: str, hydra_run: bool = False) -> DictConfig:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):
+            cfg = compose("primary", overrides=list(overrides), return_hydra_config=hydra_run)
+        if hydra_run:
+            HydraConfig.instance().set_config(cfg)
+            with open_dict(cfg):
+                del cfg.hydra
+        return cfg
+
+    yield _compose
+    GlobalHydra.instance().clear()
+
+
+def resolved(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_plus_hw_on_its_own_gpu_fills_every_interpolation(compose_hw, capsys):
+    cfg = compose_hw("+hw=t4")
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    values = resolved(cfg)
+    assert values["trainer"] == {
+        "accelerator": "gpu",
+        "devices": 1,
+        "precision": "16-mixed",
+        "accumulate_grad_batches": 1,
+    }
+    assert values["data"]["batch_size"] == 8 == profile.batch_size
+    assert values["data"]["val_batch_size"] == 16 == profile.val_batch_size
+    assert (values["data"]["num_workers"], values["data"]["pin_memory"]) == (2, True)
+    assert values["model"]["compile"] is False
+    out = capsys.readouterr().out
+    assert "batch_size 8 (batch_size_defaults.train)" in out
+    assert "val_batch_size 16 (batch_size_defaults.val)" in out
+
+
+def test_without_hw_a_fake_t4_is_detected(compose_hw, capsys):
+    cfg = compose_hw()
+    assert "hw" not in cfg
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    assert profile.name == "t4"
+    assert cfg.trainer.precision == "16-mixed"
+    lines = [line for line in capsys.readouterr().out.splitlines() if "detected" in line]
+    assert len(lines) == 1
+    assert "'Tesla T4'" in lines[0]
+    assert "conf/hw/t4.yaml" in lines[0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_without_hw_this_cpu_machine_gets_the_cpu_profile(compose_hw, capsys):
+    cfg = compose_hw()
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR)
+    assert profile.name == "cpu"
+    assert resolved(cfg)["trainer"]["precision"] == "32-true"
+    assert "no CUDA device" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_plus_hw_t4_on_this_cpu_machine_is_refused(compose_hw):
+    cfg = compose_hw("+hw=t4")
+    with pytest.raises(HardwareMismatchError) as caught:
+        resolve_hardware(cfg, conf_dir=CONF_DIR)
+    message = str(caught.value)
+    for fragment in ("'t4'", "conf/hw/t4.yaml", "no CUDA", "+hw", "hw.strict=false"):
+        assert fragment in message
+
+
+def test_strict_false_rehearses_the_profile_on_the_cpu(compose_hw, capsys):
+    cfg = compose_hw("+hw=t4", "hw.strict=false")
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=CPU_2)
+    values = resolved(cfg)
+    assert values["trainer"]["accelerator"] == "cpu"
+    assert values["trainer"]["precision"] == "32-true"
+    assert values["data"]["pin_memory"] is False
+    assert profile.name == "t4"
+    rehearsal = [line for line in capsys.readouterr().out.splitlines() if "rehearsing" in line]
+    assert len(rehearsal) == 1
+    assert "precision 16-mixed → 32-true" in rehearsal[0]
+
+
+def test_hw_keys_without_a_profile_refine_the_detected_one(compose_hw, capsys):
+    cfg = compose_hw("+hw.batch_size=4")
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    assert (profile.name, profile.batch_size, profile.val_batch_size) == ("t4", 4, 16)
+    assert resolved(cfg)["data"]["batch_size"] == 4
+    assert "hw keys given on top: batch_size" in capsys.readouterr().out
+
+
+def test_typo_in_plus_form_names_key_file_and_suggestion(compose_hw):
+    cfg = compose_hw("+hw=t4", "+hw.precison=16-mixed")
+    with pytest.raises(ProfileError) as caught:
+        resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    message = str(caught.value)
+    assert "hw.precison" in message
+    assert "conf/hw/t4.yaml" in message
+    assert "did you mean hw.precision?" in message
+
+
+def test_typo_in_a_hydra_run_also_names_the_override(compose_hw):
+    cfg = compose_hw("+hw=t4", "+hw.precison=16-mixed", hydra_run=True)
+    with pytest.raises(ProfileError, match=r"command-line override '\+hw\.precison=16-mixed'"):
+        resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+
+
+def test_typo_in_plain_form_is_refused_by_hydra_naming_the_key(compose_hw):
+    with pytest.raises(ConfigCompositionException, match=r"hw\.precison"):
+        compose_hw("+hw=t4", "hw.precison=16-mixed")
+
+
+def test_wrong_type_names_the_key_the_type_and_the_file(compose_hw):
+    cfg = compose_hw("+hw=t4", "hw.num_workers=four")
+    with pytest.raises(ProfileError) as caught:
+        resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    assert "hw.num_workers: expected int, got 'four'" in str(caught.value)
+    assert "conf/hw/t4.yaml" in str(caught.value)
+
+
+def test_target_effective_batch_sets_accumulation(compose_hw, capsys):
+    cfg = compose_hw("+hw=t4", "hw.batch_size=6", "hw.target_effective_batch=64")
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    assert profile.accumulate_grad_batches == 11  # ceil(64 / 6)
+    assert resolved(cfg)["trainer"]["accumulate_grad_batches"] == 11
+    assert (profile.batch_size, profile.val_batch_size) == (6, 16)
+    assert "accumulate_grad_batches 11" in capsys.readouterr().out
+
+
+def test_a_larger_gpu_caps_the_process(compose_hw, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        torch.cuda, "set_per_process_memory_fraction", lambda f, d=None: calls.append((f, d))
+    )
+    cfg = compose_hw("+hw=t4")
+    resolve_hardware(cfg, conf_dir=CONF_DIR, device=H100)
+    assert calls == [(pytest.approx(14.6 / 79.19), 0)]
+    assert "capping this process at 18.4%" in capsys.readouterr().out
+
+
+def test_auto_batch_size_without_a_task_default_is_an_error():
+    cfg = OmegaConf.create({"hw": OmegaConf.load(CONF_DIR / "hw" / "cpu.yaml"), "data": {}})
+    with pytest.raises(ProfileError, match=r"no batch_size_defaults\.train") as caught:
+        resolve_hardware(cfg, conf_dir=CONF_DIR, device=CPU_2)
+    assert "conf/hw/cpu.yaml" in str(caught.value)
+
+
+def test_a_task_default_that_is_not_a_positive_int_is_an_error():
+    defaults = {"train": 8, "val": "16"}
+    hw = OmegaConf.load(CONF_DIR / "hw" / "cpu.yaml")
+    cfg = OmegaConf.create({"hw": hw, "batch_size_defaults": defaults})
+    with pytest.raises(ProfileError, match=r"batch_size_defaults\.val must be a positive int"):
+        resolve_hardware(cfg, conf_dir=CONF_DIR, device=CPU_2)
+
+
+def test_the_written_back_profile_is_complete_and_struct(compose_hw):
+    cfg = compose_hw("+hw=cpu")
+    resolve_hardware(cfg, conf_dir=CONF_DIR, device=CPU_2)
+    assert cfg.hw.batch_size == 8
+    assert OmegaConf.is_struct(cfg.hw)
+    with pytest.raises(AttributeError):
+        _ = cfg.hw.precison

@@ -1,0 +1,113 @@
+"""The OOM decision is the same on every process; batches split along samples; logs merge."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import pytest
+import torch
+
+from vramkit.core.oom.batch_split import batch_size_of, slice_batch
+from vramkit.core.oom.log_buffer import LogBuffer
+from vramkit.core.oom.policy import Action, decide, halve
+
+
+class _FakeCluster:
+    """All-reduces (logical OR) the flags of several processes deciding in lockstep."""
+
+    def __init__(self, flags: list[bool]) -> None:
+        self.flags = flags
+        self.calls = 0
+
+    def any_process(self, flag: bool) -> bool:
+        self.calls += 1
+        return any(self.flags)
+
+
+@pytest.mark.parametrize("failed", [[True, False], [False, True], [True, True]])
+def test_every_process_takes_the_same_decision_when_any_runs_out_of_memory(failed):
+    cluster = _FakeCluster(failed)
+    decisions = [decide(flag, 8, 0, cluster.any_process) for flag in failed]
+    # the process that did not fail splits too: its next collective is the same as the others'
+    assert decisions[0] == decisions[1]
+    assert decisions[0].action is Action.SPLIT and decisions[0].micro_batch == 4
+    assert cluster.calls == 2  # one all-reduce per process per attempt, failed or not
+
+
+def test_no_failure_anywhere_keeps_the_micro_batch():
+    decision = decide(False, 6, 0, _FakeCluster([False, False]).any_process)
+    assert (decision.action, decision.micro_batch) == (Action.DONE, 6)
+
+
+def test_a_second_failure_of_a_step_is_the_last_resort_in_training_only():
+    any_failed = _FakeCluster([True]).any_process
+    assert decide(True, 4, 1, any_failed).action is Action.LAST_RESORT
+    assert decide(True, 4, 1, any_failed, last_resort=False).action is Action.SPLIT
+    assert decide(True, 1, 1, any_failed).action is Action.GIVE_UP
+
+
+def test_halving_rounds_up_and_ends_at_one_sample():
+    sizes = [7]
+    while sizes[-1] > 1:
+        sizes.append(halve(sizes[-1]))
+    assert sizes == [7, 4, 2, 1]
+
+
+Pair = namedtuple("Pair", "inputs targets")
+
+
+def test_slicing_keeps_the_structure_and_shares_what_is_not_per_sample():
+    batch = {
+        "skipped": 2,
+        "image": torch.arange(12).reshape(6, 2),
+        "polygons": [[i] for i in range(6)],
+        "name": tuple(f"img_{i}" for i in range(6)),
+        "scale": torch.tensor([0.5, 2.0]),
+        "pair": Pair(torch.zeros(6, 3), torch.ones(6)),
+        "parts": [torch.zeros(6), torch.ones(6)],  # a structure, not six samples
+    }
+    assert batch_size_of(batch) == 6
+    part = slice_batch(batch, 2, 5, 6)
+    assert part["skipped"] == 2
+    assert part["image"].tolist() == [[4, 5], [6, 7], [8, 9]]
+    assert part["polygons"] == [[2], [3], [4]]
+    assert part["name"] == ("img_2", "img_3", "img_4")
+    assert torch.equal(part["scale"], batch["scale"])
+    assert isinstance(part["pair"], Pair) and part["pair"].inputs.shape == (3, 3)
+    assert [t.shape[0] for t in part["parts"]] == [3, 3]
+
+
+def test_a_batch_without_tensors_has_no_size_and_bad_ranges_are_refused():
+    assert batch_size_of({"skipped": 4}) is None
+    with pytest.raises(ValueError, match=r"\[4, 7\)"):
+        slice_batch(torch.zeros(6), 4, 7, 6)
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls = []
+
+    def __call__(self, name, value, **options):
+        self.calls.append((name, float(value), options))
+
+
+def test_logs_of_micro_batches_merge_into_the_whole_batch_values():
+    buffer = LogBuffer()
+    module = torch.nn.Module()
+    for size, loss, peak in ((3, 1.0, 5.0), (1, 5.0, 9.0)):
+        with buffer.capture(module, size):
+            module.log("train/loss", torch.tensor(loss), batch_size=size)
+            module.log("val/peak", peak, reduce_fx="max")
+            module.log("count", 1.0, reduce_fx="sum")
+        buffer.commit()
+    with buffer.capture(module, 4):
+        module.log("train/loss", torch.tensor(100.0), batch_size=4)
+    buffer.drop()  # this micro-batch ran out of memory: its log is forgotten
+    assert "log" not in vars(module)  # the shadowing attribute is gone
+    sink = _Recorder()
+    buffer.replay(sink)
+    assert sink.calls == [
+        ("train/loss", 2.0, {"batch_size": 4}),  # (3 x 1 + 1 x 5) / 4
+        ("val/peak", 9.0, {"reduce_fx": "max"}),
+        ("count", 2.0, {"reduce_fx": "sum"}),
+    ]

@@ -1,0 +1,49 @@
+"""The batch-size search: exact on convex peak curves, with few evaluations."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from vramkit.core.planner.plan import largest_fitting
+
+
+def counting(curve):
+    calls = []
+
+    def peak(size: int) -> int:
+        calls.append(size)
+        return curve(size)
+
+    return peak, calls
+
+
+def brute_force(curve, budget: int, upper: int) -> int:
+    return max((size for size in range(1, upper + 1) if curve(size) <= budget), default=0)
+
+
+def test_a_straight_line_takes_three_evaluations():
+    peak, calls = counting(lambda size: 1000 + 37 * size)
+    assert largest_fitting(peak, budget=10_000, upper=5000) == (10_000 - 1000) // 37
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_convex_piecewise_curves_give_the_brute_force_answer(seed):
+    rng = random.Random(seed)
+    # A step's peak is the largest of several moments, each fixed cost + per-sample cost.
+    lines = [(rng.randint(0, 5000), rng.randint(0, 60)) for _ in range(rng.randint(1, 4))]
+    curve = lambda size: max(a + b * size for a, b in lines)  # noqa: E731
+    budget = rng.randint(2000, 30_000)
+    upper = rng.randint(1, 3000)
+    peak, calls = counting(curve)
+    assert largest_fitting(peak, budget, upper) == brute_force(curve, budget, upper)
+    assert len(calls) <= 9
+
+
+def test_nothing_fits_and_everything_fits():
+    assert largest_fitting(lambda size: 100 + size, budget=50, upper=10) == 0
+    peak, calls = counting(lambda size: 100)
+    assert largest_fitting(peak, budget=500, upper=64) == 64
+    assert len(calls) <= 3

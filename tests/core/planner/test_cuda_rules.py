@@ -1,0 +1,141 @@
+"""The CUDA rules a CPU trace applies: rounding, autocast lists and cache, attention kernels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from vramkit.core.planner.attention_rules import CudaAttention
+from vramkit.core.planner.autocast_rules import (
+    CudaAutocast,
+    policy_ops,
+    registered_cuda_ops,
+)
+from vramkit.core.planner.cuda_rules import (
+    CUDA_CONTEXT_GIB,
+    EFFICIENT,
+    FLASH,
+    GIB,
+    MATH,
+    RESERVE_FACTOR,
+    DeviceRules,
+    round_allocation,
+)
+from vramkit.core.planner.fake_trace import FakeStepRecorder
+from vramkit.core.planner.recorder import StorageRecorder
+
+T4 = DeviceRules(capability=(7, 5), flash_attention=False, mem_efficient_attention=True)
+ADA = DeviceRules(capability=(8, 9), flash_attention=True, mem_efficient_attention=True)
+
+
+@pytest.mark.parametrize(
+    ("requested", "allocated"), [(0, 0), (1, 512), (512, 512), (513, 1024), (10**6, 1000448)]
+)
+def test_blocks_round_up_to_512_bytes(requested, allocated):
+    assert round_allocation(requested) == allocated
+
+
+def test_the_op_lists_are_the_installed_torch_cuda_autocast_lists():
+    assert set(policy_ops()) == set(registered_cuda_ops())
+
+
+def test_overhead_is_context_plus_reserve_of_allocations_and_workspaces():
+    allocated = 4 * GIB
+    overhead = T4.overhead_bytes(allocated, backward=True, convolutions=True)
+    workspaces = T4.workspace_bytes(backward=True, convolutions=True)
+    expected = CUDA_CONTEXT_GIB * GIB + RESERVE_FACTOR * (allocated + workspaces) - allocated
+    assert overhead == pytest.approx(expected, abs=1)
+    assert workspaces > T4.workspace_bytes(backward=False, convolutions=False)
+
+
+@pytest.mark.parametrize(
+    ("rules", "dtype", "mask", "kernel"),
+    [
+        (T4, torch.float16, False, EFFICIENT),  # no flash below sm_80
+        (T4, torch.bfloat16, False, MATH),  # bf16 attention on sm_75 falls back to math
+        (T4, torch.float32, True, EFFICIENT),
+        (ADA, torch.bfloat16, False, FLASH),
+        (ADA, torch.float16, True, EFFICIENT),  # flash takes no explicit mask
+        (ADA, torch.float32, False, EFFICIENT),  # flash is 16-bit only
+    ],
+)
+def test_attention_kernel_follows_the_capability(rules, dtype, mask, kernel):
+    assert rules.sdpa_backend(dtype, 64, has_mask=mask) == kernel
+
+
+def test_mixed_precision_follows_cuda_lists_not_cpu_lists():
+    fake_mode = FakeTensorMode()
+    with fake_mode:
+        weight = torch.nn.Parameter(torch.empty(8, 8))
+        x = torch.empty(4, 8)
+        volume = torch.empty(1, 2, 4, 4, 4, dtype=torch.float16)
+        target = torch.empty(4)
+    with fake_mode, CudaAutocast(torch.float16) as autocast, autocast.region():
+        assert F.linear(x, weight).dtype == torch.float16  # lower precision on CUDA
+        assert torch.exp(x.half()).dtype == torch.float32  # fp32 on CUDA, untouched on CPU
+        assert x.half().sum().dtype == torch.float32  # CUDA sets sum's output dtype
+        assert F.avg_pool3d(volume, 2).dtype == torch.float16  # CPU autocast would upcast it
+        with pytest.raises(RuntimeError, match="binary_cross_entropy_with_logits"):
+            F.binary_cross_entropy(target, target)
+    with fake_mode, torch.autocast("cpu", dtype=torch.float16):
+        assert F.avg_pool3d(volume, 2).dtype == torch.float32  # the rules are gone again
+
+
+def test_a_weight_is_cast_once_per_region_and_the_copy_freed_after_it():
+    with FakeTensorMode():
+        weight = torch.nn.Parameter(torch.empty(1024, 1024))
+        x = torch.empty(2, 1024)
+        recorder = FakeStepRecorder(scalar_stand_in=1, round_to_device=True, keep_timeline=False)
+        with CudaAutocast(torch.float16) as autocast, recorder:
+            recorder.register([weight, x], "parameters")
+            with autocast.region():
+                outputs = [F.linear(x, weight) for _ in range(3)]
+                during = recorder.current
+            del outputs
+            after = recorder.current
+    fp16_copy = 1024 * 1024 * 2
+    inputs_and_outputs = 3 * 4096 + 3 * 4096  # three fp16 casts of x (saved), three outputs
+    assert during - (4 * 1024 * 1024 + 2 * 1024 * 4) == fp16_copy + inputs_and_outputs
+    assert after == 4 * 1024 * 1024 + 2 * 1024 * 4
+
+
+def attention_peak(rules: DeviceRules, dtype: torch.dtype) -> tuple[int, list[str]]:
+    with FakeTensorMode():
+        q = torch.empty(2, 8, 512, 64, dtype=dtype, requires_grad=True)
+        recorder = FakeStepRecorder(scalar_stand_in=1, round_to_device=True, keep_timeline=False)
+        with CudaAttention(rules) as attention, recorder:
+            F.scaled_dot_product_attention(q, q, q).sum().backward()
+    return recorder.peak.bytes, attention.choices
+
+
+def test_the_math_path_materialises_the_attention_matrix():
+    math_peak, math_choices = attention_peak(T4, torch.bfloat16)
+    flash_peak, flash_choices = attention_peak(ADA, torch.bfloat16)
+    assert (math_choices, flash_choices) == ([MATH], [FLASH])
+    scores = 2 * 8 * 512 * 512 * 2  # one bf16 (B, H, L, L) matrix
+    assert math_peak - flash_peak >= scores
+
+
+def test_values_a_fake_tensor_lacks_get_worst_case_stand_ins():
+    with FakeTensorMode():
+        scores = torch.empty(4, 100)
+        recorder = FakeStepRecorder(scalar_stand_in=400, round_to_device=True, keep_timeline=False)
+        with recorder:
+            count = int((scores > 0.5).sum())
+            assert count == 400  # sizes a buffer: the largest it could be
+            assert bool((scores > 0).any()) is True
+            assert torch.nonzero(scores).shape == (400, 2)
+            assert torch.masked_select(scores, scores > 0).shape == (400,)
+            assert torch.topk(scores.flatten(), min(count, scores.numel())).values.shape == (400,)
+
+
+def test_tensors_without_a_storage_are_left_out_of_the_count():
+    recorder = StorageRecorder()
+    dense = torch.zeros(256, dtype=torch.uint8)
+    with torch.sparse.check_sparse_tensor_invariants(False):
+        sparse = torch.sparse_coo_tensor(torch.tensor([[0], [0]]), torch.tensor([1.0]), (2, 2))
+    recorder.register([sparse, dense, None], "inputs")
+    assert recorder.current == 256  # the dense tensor only; the sparse one has no storage
+    recorder.close()

@@ -1,0 +1,68 @@
+"""When a run does not fit, the plan lists remedies, each re-planned with its own peaks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+from planning_models import CONV_MODEL, IMAGE_DATA, task_config
+
+from vramkit.core.hardware.profile import ProfileSource, validate_profile
+from vramkit.core.planner import TRAIN, plan_json, plan_table, plan_task
+from vramkit.core.planner.cuda_rules import GIB
+
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+REQUESTED = (1024, 256)
+
+
+@pytest.fixture(scope="module")
+def over_budget_plan():
+    """A T4 profile whose budget fits the tiny model at micro-batch 256 but not at 1024."""
+    hw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hw" / "t4.yaml"))
+    probe = plan_task(
+        task_config(CONV_MODEL, IMAGE_DATA, hw),
+        validate_profile(hw, ProfileSource("t4")),
+        train_batch_size=256,
+        val_batch_size=REQUESTED[1],
+        with_remedies=False,
+    )
+    accumulating = probe.setup.replace(accumulate_grad_batches=4)
+    needed = probe.planner.measure(TRAIN, 256, accumulating).peak
+    hw["memory_gib"] = (needed + 2**20) / GIB / hw["memory_budget_fraction"]
+    profile = validate_profile(hw, ProfileSource("t4"))
+    cfg = task_config(CONV_MODEL, IMAGE_DATA, hw)
+    return plan_task(cfg, profile, train_batch_size=REQUESTED[0], val_batch_size=REQUESTED[1])
+
+
+def test_a_plan_over_budget_offers_remedies_that_were_traced(over_budget_plan):
+    plan = over_budget_plan
+    assert plan.fits is False
+    names = [remedy.name for remedy in plan.remedies]
+    assert names[0] == "micro-batch 256 × accumulate 4"
+    micro = plan.remedies[0]
+    assert micro.fits and micro.train.peak <= plan.budget_bytes
+    assert micro.train.batch_size * micro.train.accumulate_grad_batches == REQUESTED[0]
+    by_name = {remedy.name: remedy for remedy in plan.remedies}
+    checkpointed = by_name["gradient checkpointing"].train.allocated["activations"]
+    assert checkpointed < plan.train.allocated["activations"]
+    eight_bit = by_name["8-bit AdamW"].train.allocated["optimizer_state"]
+    assert eight_bit < plan.train.allocated["optimizer_state"] / 3
+    assert "deepspeed_stage_2_offload" in by_name["DeepSpeed ZeRO-2, CPU offload"].how
+
+
+def test_the_table_and_json_say_what_does_not_fit_and_what_would(over_budget_plan):
+    table = plan_table(over_budget_plan)
+    assert "DOES NOT FIT" in table
+    assert "fits  micro-batch 256 × accumulate 4" in table
+    data = plan_json(over_budget_plan)
+    assert data["profile"] == "t4" and data["fits"] is False
+    assert data["budget_gib"] == pytest.approx(over_budget_plan.budget_gib, abs=1e-3)
+    for phase in ("train", "val"):
+        breakdown = data[phase]["breakdown"]
+        parts = ("parameters", "gradients", "optimizer_state", "activations", "overhead")
+        assert sum(breakdown[key] for key in parts) == pytest.approx(breakdown["total"], abs=0.01)
+        assert data[phase]["peak_gib"] == breakdown["total"]
+    assert data["train"]["batch_size"] == REQUESTED[0]
+    assert data["remedies"][0]["fits"] is True
+    assert data["remedies"][0]["train"]["peak_gib"] <= data["budget_gib"]

@@ -1,0 +1,114 @@
+"""End to end through train(): fast_dev_run, loggers and metric names, resume, multirun."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from vramkit.core.run.evaluate import evaluate
+from vramkit.core.run.train import train
+from vramkit.tasks.text_detection.icdar_eval import evaluate_folders
+from vramkit.tasks.text_detection.synthetic_text import SyntheticTextConfig, synthetic_dataset_dir
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+TINY = ("+hw=cpu", "debug=smoke")
+
+
+def _metric_names(run_dir: Path) -> set[str]:
+    (metrics_csv,) = run_dir.glob("csv/version_*/metrics.csv")
+    with metrics_csv.open() as handle:
+        return set(next(csv.reader(handle)))
+
+
+def test_fast_dev_run_of_the_default_task(compose_config):
+    cfg = compose_config(
+        "+hw=cpu",
+        "debug=fdr",
+        "data.synthetic.num_train=4",
+        "data.synthetic.num_val=2",
+        "data.synthetic.image_size=128",
+        "data.image_size=128",
+        "data.val_image_size=128",
+    )
+    train(cfg)
+    assert (Path(cfg.paths.output_dir) / "resolved_config.yaml").is_file()
+
+
+@pytest.mark.slow
+def test_smoke_run_logs_documented_metrics_to_csv_and_offline_wandb(compose_config):
+    cfg = compose_config(*TINY)
+    hmean = train(cfg)
+    run_dir = Path(cfg.paths.output_dir)
+    names = _metric_names(run_dir)
+    assert {"train/loss", "val/hmean", "val/precision", "val/recall"} <= names
+    assert 0.0 <= hmean <= 1.0
+    assert list((run_dir / "wandb").glob("offline-run-*")), "WandB must run offline by default"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert last.is_file()
+
+    eval_cfg = compose_config(*TINY, f"ckpt_path={last}", config_name="eval")
+    eval_cfg.predictions_dir = str(run_dir / "predictions")
+    metrics = evaluate(eval_cfg)
+    submissions = sorted((run_dir / "predictions").glob("res_*.txt"))
+    assert len(submissions) == eval_cfg.data.synthetic.num_val
+    # the submission files, scored by the standalone evaluator, give the validation metrics
+    synthetic = SyntheticTextConfig.from_mapping(eval_cfg.data.synthetic)
+    val_gt = synthetic_dataset_dir(Path(eval_cfg.data.data_root), synthetic) / "val" / "gt"
+    assert evaluate_folders(val_gt, run_dir / "predictions")["hmean"] == pytest.approx(
+        metrics["val/hmean"]
+    )
+
+
+@pytest.mark.slow
+def test_a_run_resumes_from_its_last_checkpoint(compose_config):
+    first = compose_config(*TINY, "logger=csv")
+    train(first)
+    last = Path(first.paths.output_dir) / "checkpoints" / "last.ckpt"
+    resumed = compose_config(*TINY, "logger=csv", "trainer.max_epochs=2", f"ckpt_path={last}")
+    resumed.paths.output_dir = str(Path(first.paths.output_dir).parent / "resumed")
+    before = torch.load(last, weights_only=True)
+    train(resumed)
+    after = torch.load(
+        Path(resumed.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=True
+    )
+    # the second epoch ran once, on top of the first: no epoch lost, none repeated
+    assert (before["epoch"], after["epoch"]) == (0, 1)
+    assert after["global_step"] == 2 * before["global_step"] > 0
+
+
+@pytest.mark.slow
+def test_two_job_multirun_writes_two_run_dirs(tmp_path, shared_data_dir):
+    env = {**os.environ, "PROJECT_ROOT": str(REPO_ROOT)}
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "train.py"),
+            "-m",
+            *TINY,
+            "logger=csv",
+            "model.optimizer.lr=0.001,0.003",
+            "trainer.max_epochs=1",
+            f"paths.log_dir={tmp_path}",
+            f"paths.data_dir={shared_data_dir}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (sweep_dir,) = (tmp_path / "text_detection" / "multiruns").iterdir()
+    job_dirs = sorted(d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit())
+    assert [d.name for d in job_dirs] == ["0", "1"]
+    lrs = [OmegaConf.load(d / "resolved_config.yaml").model.optimizer.lr for d in job_dirs]
+    assert lrs == [0.001, 0.003]
+    for job_dir in job_dirs:
+        assert "val/hmean" in _metric_names(job_dir)

@@ -1,0 +1,112 @@
+"""End the learning-rate decay when ``trainer.max_time`` will end the run."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Timer
+
+from vramkit.core.optim.lr_schedules import WarmupPolyLR
+
+log = logging.getLogger(__name__)
+
+
+class MaxTimeAnnealing(L.Callback):
+    """Ends the decay of a :class:`~vramkit.core.optim.lr_schedules.WarmupPolyLR` at the
+    step where ``trainer.max_time`` will stop training.
+
+    A poly schedule planned over ``max_epochs`` is still at about half the peak rate halfway
+    through; a run that ``max_time`` stops there (a Colab session, a slower or busier machine
+    than planned) ends with an unannealed model. The pace (seconds per optimizer step,
+    validation included) is measured from step ``min_steps`` of this run on, which leaves
+    start-up out; every ``check_every_n_steps`` steps after that, the steps that fit in the time
+    left, less ``safety_fraction`` of it for the final validation and checkpoint, become the
+    schedule's end. The end follows the pace both ways (never beyond the planned one), is saved
+    with the scheduler, and a resumed run measures its own pace. Without ``max_time`` the
+    callback does nothing.
+    """
+
+    def __init__(
+        self, check_every_n_steps: int = 10, safety_fraction: float = 0.05, min_steps: int = 20
+    ) -> None:
+        for name, value in (("check_every_n_steps", check_every_n_steps), ("min_steps", min_steps)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"max_time_annealing.{name} must be an integer >= 1, got {value!r}"
+                )
+        if not 0.0 <= safety_fraction < 1.0:
+            raise ValueError(
+                f"max_time_annealing.safety_fraction must lie in [0, 1), got {safety_fraction!r}"
+            )
+        self.check_every_n_steps = check_every_n_steps
+        self.safety_fraction = float(safety_fraction)
+        self.min_steps = min_steps
+        self._timer: Timer | None = None
+        self._schedulers: list[WarmupPolyLR] = []
+        self._start_step = 0
+        self._reference: tuple[int, float] | None = None  # (step, elapsed s) the pace starts at
+        self._last_checked_step = -1
+        self.moves = 0  # times the end moved in this run (for the log and tests)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        timers = [callback for callback in trainer.callbacks if isinstance(callback, Timer)]
+        self._timer = timers[0] if timers and timers[0].time_remaining() is not None else None
+        self._schedulers = [
+            config.scheduler
+            for config in trainer.lr_scheduler_configs
+            if isinstance(config.scheduler, WarmupPolyLR) and config.interval == "step"
+        ]
+        if self._timer is not None and not self._schedulers:
+            log.info(
+                "max_time is set, but no per-step WarmupPolyLR schedule can end earlier: "
+                "a run that max_time stops keeps its learning rate"
+            )
+        self._start_step = trainer.global_step
+        self._reference = None
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if self._timer is None or not self._schedulers:
+            return
+        step = trainer.global_step
+        steps_done = step - self._start_step
+        if steps_done < self.min_steps or step == self._last_checked_step:
+            return
+        self._last_checked_step = step
+        if self._reference is None:
+            self._reference = (step, self._timer.time_elapsed())
+            return
+        reference_step, reference_elapsed = self._reference
+        if (step - reference_step) % self.check_every_n_steps:
+            return
+        pace = (self._timer.time_elapsed() - reference_elapsed) / (step - reference_step)
+        left = max(0.0, self._timer.time_remaining() or 0.0)
+        # Every process must decay alike, or DDP replicas would drift apart.
+        end = int(
+            trainer.strategy.broadcast(step + int(left * (1.0 - self.safety_fraction) / pace))
+        )
+        before = self._schedulers[0].total_steps
+        if any([scheduler.end_at(end) for scheduler in self._schedulers]):
+            self.moves += 1
+            if self.moves == 1:
+                log.info(
+                    "max_time (%s left at %.2f s/step) ends training near step %d of the "
+                    "planned %d: the learning rate now decays to zero by then",
+                    timedelta(seconds=int(left)),
+                    pace,
+                    self._schedulers[0].total_steps,
+                    self._schedulers[0].planned_steps,
+                )
+            else:
+                log.debug(
+                    "max_time annealing: end %d -> %d", before, self._schedulers[0].total_steps
+                )

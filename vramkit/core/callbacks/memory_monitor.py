@@ -1,0 +1,164 @@
+"""Memory per phase (train, val, test) as ``mem/`` metrics, and a table at the end of the run."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import lightning as L
+import torch
+from lightning.pytorch.trainer.states import TrainerFn
+from rich.console import Console
+from rich.table import Table
+
+from vramkit.core.hardware.memory_stats import (
+    MemoryReading,
+    gib,
+    read_cuda_memory,
+    read_host_memory,
+    reset_host_peak,
+)
+
+log = logging.getLogger(__name__)
+
+PHASES = ("train", "val", "test")
+
+
+@dataclass
+class _PhaseRecord:
+    run: MemoryReading | None = None  # peaks over the whole run, current value at its last read
+    epochs: int = 0  # epochs whose memory was logged
+
+
+class MemoryMonitor(L.Callback):
+    """Logs, for every epoch of every phase, the memory the phase used.
+
+    On a GPU: ``mem/<phase>_peak_gib`` (peak allocated by tensors), ``mem/<phase>_allocated_gib``
+    (allocated after the phase's last batch) and ``mem/<phase>_reserved_gib`` (peak held by
+    PyTorch's caching allocator, what the driver sees). On a CPU: ``mem/<phase>_peak_gib`` (the
+    resident set's high-water mark) and ``mem/<phase>_rss_gib`` (resident set after the last
+    batch), read from ``/proc/self/status``. Peaks are reset when a phase starts (so a
+    validation peak is validation's own) and read after every batch, so a reset by another
+    callback at a phase boundary loses nothing. At the end of ``fit``/``validate``/``test`` the
+    process with global rank 0 prints a table of the run's peaks per phase.
+    """
+
+    def __init__(self, summary: bool = True) -> None:
+        self.summary = summary
+        self.records = {phase: _PhaseRecord() for phase in PHASES}
+        self._epoch: dict[str, MemoryReading | None] = dict.fromkeys(PHASES)
+        self._device: torch.device | None = None
+        self._peak_resets = True  # False where the host peak cannot be reset (counts from start)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._device = pl_module.device
+        if self._device.type != "cuda" and read_host_memory() is None:
+            log.info("MemoryMonitor: no /proc/self/status on this system; host memory not logged")
+
+    # phase boundaries
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start("train")
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._start("val")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.FITTING:
+            self._reset_peak()  # training resumes: its peak must not include validation's
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start("test")
+
+    # readings after every batch
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_) -> None:
+        self._sample("train")
+
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_) -> None:
+        if not trainer.sanity_checking:
+            self._sample("val")
+
+    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_) -> None:
+        self._sample("test")
+
+    # metrics at the end of each phase's epoch
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._log(trainer, pl_module, "train")
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._log(trainer, pl_module, "val")
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._log(trainer, pl_module, "test")
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.summary and trainer.is_global_zero and any(r.epochs for r in self.records.values()):
+            Console().print(self.table())
+
+    def table(self) -> Table:
+        """The run's memory per phase as a rich table (GiB)."""
+        cuda = self._device is not None and self._device.type == "cuda"
+        title = "Memory per phase (GiB)"
+        if not cuda and not self._peak_resets:
+            title += ": host peaks count from process start"
+        table = Table(title=title)
+        table.add_column("phase")
+        table.add_column("peak allocated" if cuda else "peak RSS", justify="right")
+        table.add_column("allocated at end" if cuda else "RSS at end", justify="right")
+        if cuda:
+            table.add_column("peak reserved", justify="right")
+        table.add_column("epochs", justify="right")
+        for phase, record in self.records.items():
+            if record.run is None:
+                continue
+            row = [phase, f"{gib(record.run.peak):.3f}", f"{gib(record.run.current):.3f}"]
+            if cuda:
+                row.append(f"{gib(record.run.reserved_peak):.3f}")
+            table.add_row(*row, str(record.epochs))
+        return table
+
+    def _read(self) -> MemoryReading | None:
+        if self._device is not None and self._device.type == "cuda":
+            return read_cuda_memory(self._device)
+        return read_host_memory()
+
+    def _reset_peak(self) -> None:
+        if self._device is not None and self._device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self._device)
+        else:
+            self._peak_resets = reset_host_peak()
+
+    def _start(self, phase: str) -> None:
+        self._reset_peak()
+        self._epoch[phase] = None
+
+    def _sample(self, phase: str) -> None:
+        reading = self._read()
+        if reading is None:
+            return
+        current = self._epoch[phase]
+        self._epoch[phase] = reading if current is None else current.merged(reading)
+
+    def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, phase: str) -> None:
+        reading = self._epoch[phase]
+        if reading is None:
+            return
+        record = self.records[phase]
+        record.run = reading if record.run is None else record.run.merged(reading)
+        record.epochs += 1
+        if self._device is not None and self._device.type == "cuda":
+            values = {
+                "peak": reading.peak,
+                "allocated": reading.current,
+                "reserved": reading.reserved_peak,
+            }
+        else:
+            values = {"peak": reading.peak, "rss": reading.current}
+        for name, size in values.items():
+            pl_module.log(
+                f"mem/{phase}_{name}_gib",
+                gib(size),
+                reduce_fx="max",
+                sync_dist=trainer.world_size > 1,
+            )

@@ -1,0 +1,1 @@
+"""Data plumbing every task shares: loader workers and the records of skipped input lines."""

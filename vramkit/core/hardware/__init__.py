@@ -1,0 +1,1 @@
+"""Hardware profiles, machine detection, device checks and memory statistics."""

@@ -1,0 +1,232 @@
+"""Turn `cfg.hw` (from `+hw=<profile>` or detection) into the settings a run uses.
+
+`resolve_hardware` is the first thing `train(cfg)` calls: it detects a profile when none was
+given, validates it, checks it against the device, resolves "auto" batch sizes and the target
+effective batch, and writes the final values back into `cfg.hw`, where the trainer and data
+configs read them through interpolation (`${hw.precision}`, `${hw.batch_size}`, …).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from vramkit.core.hardware.detect import DeviceInfo, detect_profile, display_path, probe_device
+from vramkit.core.hardware.device_check import apply_memory_cap, check_profile
+from vramkit.core.hardware.profile import (
+    AUTO,
+    HardwareProfile,
+    ProfileError,
+    ProfileSource,
+    override_key,
+    validate_profile,
+)
+
+# The task states what an "auto" batch size means until the memory planner resolves it.
+_DEFAULTS_KEY = "batch_size_defaults"
+_DATA_DEFAULTS = (
+    ("batch_size", "train"),
+    ("val_batch_size", "val"),
+)
+
+
+def resolve_hardware(
+    cfg: DictConfig,
+    *,
+    conf_dir: Path,
+    device: DeviceInfo | None = None,
+    plan_batches: bool = True,
+) -> HardwareProfile:
+    """Settle the run's hardware profile and write it into `cfg.hw`; return it.
+
+    Without `cfg.hw` (no `+hw=` given) the profile is detected from `device` (probed when None)
+    and loaded from `conf_dir/hw/<name>.yaml`; `hw.*` keys given without a profile are merged on
+    top. On a GPU, "auto" batch sizes come from the memory planner when `plan_batches` is true
+    and `cfg` has a model and data to plan (else, and on a CPU, from the task's stated defaults).
+    Raises `ProfileError` for an invalid profile or missing data defaults,
+    `HardwareMismatchError` when a strict profile does not fit the device, and the planner's
+    `DoesNotFitError` when not even one sample fits. Prints one line for each decision it takes
+    (detection, mapping, memory cap, auto batch sizes, accumulation).
+    """
+    conf_dir = Path(conf_dir)
+    hw_dir = conf_dir / "hw"
+    display_root = conf_dir.parent
+    choice, overrides = _hydra_hw_context()
+    given = cfg.get("hw")
+    detected = _needs_detection(given, choice)
+
+    if detected:
+        if device is None:
+            device = probe_device()
+        detection = detect_profile(device, hw_dir, display_root=display_root)
+        raw = detection.raw
+        line = f"detected {detection.reason}"
+        if given is not None:
+            raw = OmegaConf.merge(raw, given)
+            line += f"; hw keys given on top: {', '.join(str(key) for key in given)}"
+        _echo(line)
+        with open_dict(cfg):
+            cfg.hw = raw
+        source = ProfileSource(detection.source.file, overrides)
+    else:
+        source = ProfileSource(_profile_file(choice, given, hw_dir, display_root), overrides)
+
+    profile = validate_profile(cfg.hw, source)
+    if device is None:
+        device = probe_device()
+    fit = check_profile(profile, device, source=source, detected=detected)
+    if fit.problems:
+        _echo(
+            f"rehearsing {profile.name} on this machine (hw.strict=false; "
+            f"{'; '.join(fit.problems)}): {fit.mapping()}"
+        )
+    if fit.memory_cap is not None:
+        _echo(_memory_cap_line(fit.profile, device, apply_memory_cap(fit.profile, device)))
+
+    planned = _planned_batch_sizes(cfg, fit.profile) if plan_batches else fit.profile
+    resolved = resolve_batch_sizes(planned, cfg.get(_DEFAULTS_KEY), source)
+    with open_dict(cfg):
+        cfg.hw = dataclasses.asdict(resolved)
+    return resolved
+
+
+def resolve_batch_sizes(
+    profile: HardwareProfile, defaults: DictConfig | None, source: ProfileSource
+) -> HardwareProfile:
+    """Replace "auto" batch sizes by the task's stated defaults and derive accumulation.
+
+    "auto" takes `batch_size_defaults.train` / `batch_size_defaults.val` (positive ints);
+    a set `target_effective_batch` gives accumulate_grad_batches =
+    ceil(target / (batch_size × devices)). Prints one line for each of the two decisions.
+    """
+    updates: dict[str, int] = {}
+    for field, data_key in _DATA_DEFAULTS:
+        if getattr(profile, field) == AUTO:
+            updates[field] = _data_default(defaults, data_key, field, source)
+    if updates:
+        taken = ", ".join(
+            f"{field} {updates[field]} ({_DEFAULTS_KEY}.{data_key})"
+            for field, data_key in _DATA_DEFAULTS
+            if field in updates
+        )
+        _echo(f"batch sizes 'auto' take the task's stated defaults: {taken}")
+    profile = dataclasses.replace(profile, **updates)
+
+    target = profile.target_effective_batch
+    if target is None:
+        return profile
+    per_step = profile.batch_size * profile.devices
+    accumulate = math.ceil(target / per_step)
+    line = (
+        f"target_effective_batch {target} → accumulate_grad_batches {accumulate} "
+        f"({profile.batch_size} per device × {profile.devices} device(s) × {accumulate} "
+        f"= {per_step * accumulate})"
+    )
+    if profile.accumulate_grad_batches not in (1, accumulate):
+        line += f"; replaces accumulate_grad_batches {profile.accumulate_grad_batches}"
+    _echo(line)
+    return dataclasses.replace(profile, accumulate_grad_batches=accumulate)
+
+
+def _planned_batch_sizes(cfg: DictConfig, profile: HardwareProfile) -> HardwareProfile:
+    """A GPU profile with its "auto" batch sizes resolved by the memory planner."""
+    plannable = all(
+        isinstance(cfg.get(key), DictConfig) and "_target_" in cfg[key] for key in ("model", "data")
+    )
+    wants_auto = AUTO in (profile.batch_size, profile.val_batch_size)
+    if profile.accelerator != "gpu" or not wants_auto or not plannable:
+        return profile
+    # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
+    from vramkit.core.planner import DoesNotFitError, PlanningError, resolve_auto_batch_sizes
+
+    try:
+        train, val, accumulate, lines = resolve_auto_batch_sizes(cfg, profile)
+    except DoesNotFitError:
+        raise
+    except PlanningError as error:
+        _echo(f"memory planner unavailable ({error}); 'auto' takes the task's stated defaults")
+        return profile
+    for line in lines:
+        _echo(line)
+    return dataclasses.replace(
+        profile, batch_size=train, val_batch_size=val, accumulate_grad_batches=accumulate
+    )
+
+
+def _data_default(
+    defaults: DictConfig | None, data_key: str, field: str, source: ProfileSource
+) -> int:
+    value = defaults.get(data_key) if isinstance(defaults, DictConfig) else None
+    if value is None:
+        raise ProfileError(
+            f"hw.{field} is 'auto' ({source.where(field)}) but the task config has no "
+            f"{_DEFAULTS_KEY}.{data_key}: set hw.{field}=<int> or {_DEFAULTS_KEY}.{data_key}=<int>",
+            keys=(field,),
+        )
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ProfileError(
+            f"{_DEFAULTS_KEY}.{data_key} must be a positive int (hw.{field} is 'auto'), "
+            f"got {value!r}",
+            keys=(field,),
+        )
+    return value
+
+
+def _needs_detection(given: object, choice: str | None) -> bool:
+    # A `hw` node without a name holds only `+hw.key=value` overrides (or an experiment's hw
+    # keys): they refine the detected profile. Under Hydra, a chosen `+hw=` file is never
+    # replaced, even when it lacks a name; validation reports that instead.
+    if given is None:
+        return True
+    if choice is not None:
+        return False
+    return isinstance(given, DictConfig) and "name" not in given
+
+
+def _hydra_hw_context() -> tuple[str | None, tuple[str, ...]]:
+    """The `+hw=` choice and the command-line overrides of `hw…`, when running under Hydra."""
+    if not HydraConfig.initialized():
+        return None, ()
+    hydra_cfg = HydraConfig.get()
+    choice = hydra_cfg.runtime.choices.get("hw")
+    overrides = tuple(
+        o
+        for o in hydra_cfg.overrides.task
+        if override_key(o) == "hw" or override_key(o).startswith("hw.")
+    )
+    return choice, overrides
+
+
+def _profile_file(choice: str | None, given: object, hw_dir: Path, display_root: Path) -> str:
+    """The file the user's profile came from, as they would type it ("conf/hw/t4.yaml")."""
+    name = choice
+    if name is None and isinstance(given, DictConfig):
+        name = given.get("name")
+    if isinstance(name, str):
+        path = hw_dir / f"{name}.yaml"
+        if path.is_file():
+            return display_path(path, display_root)
+        if choice is not None:
+            return f"hw profile '{choice}' from Hydra's search path"
+    return "the hw config"
+
+
+def _memory_cap_line(profile: HardwareProfile, device: DeviceInfo, fraction: float | None) -> str:
+    head = (
+        f"warning: this GPU ({device.describe()}) has more memory than profile "
+        f"{profile.name}'s {profile.memory_gib:.1f} GiB"
+    )
+    if fraction is None:
+        return f"{head}; CUDA is not available in this process, so no memory cap was set"
+    return (
+        f"{head}; capping this process at {fraction:.1%} of its memory so the run behaves "
+        f"as on {profile.label}"
+    )
+
+
+def _echo(line: str) -> None:
+    print(f"hw: {line}", flush=True)

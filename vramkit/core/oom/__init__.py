@@ -1,0 +1,1 @@
+"""OOM recovery: the LightningModule mixin, its step runners, the retry policy, batch splitting."""

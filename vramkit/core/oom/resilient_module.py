@@ -1,0 +1,178 @@
+"""A LightningModule base class whose training and validation steps survive CUDA OOM errors.
+
+A module inherits :class:`OOMResilientModule` instead of ``L.LightningModule`` and writes its
+``training_step`` and ``validation_step`` as usual; the class wraps them when the subclass is
+defined. Each step then runs as micro-batches cut along the batch's first dimension (tensors
+sliced, per-sample lists sliced, everything else shared), and an out-of-memory error is
+answered without losing the batch:
+
+- training: the unfinished samples are redone in micro-batches half the size, their gradients
+  accumulated (the same effective batch; for a loss that is a mean over samples and a model
+  without batch-coupled layers, the same gradients up to floating-point order), and that
+  micro-batch is kept for the rest of the run. A second OOM in the same step takes the last
+  resort: a checkpoint is saved and the optimizer state reloaded from it into emptied memory,
+  then the micro-batch halves again (twice the accumulation).
+- validation: the batch is run in halves (the same metrics) and every later validation batch
+  is cut into micro-batches of the size that fitted. The dataloader keeps its batch size, so
+  the run's configuration and sample order do not change.
+
+Under DDP every process all-reduces its "out of memory" flag after each attempt and all take
+the same decision. ``self.log`` calls of the micro-batches are merged into the values the
+whole batch would log. A validation step must change the module's state only after its
+device work (DBNet's appends its counts after prediction), so a redone micro-batch counts once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+
+from vramkit.core.oom.batch_split import batch_size_of
+from vramkit.core.oom.guarded_steps import (
+    OOMRecoveryState,
+    TrainingStepRunner,
+    ValidationStepRunner,
+    training_guard_applies,
+)
+
+log = logging.getLogger(__name__)
+
+_GUARDED = "_oom_guarded"
+
+
+def _guard_training_step(step: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(step)
+    def training_step(self: OOMResilientModule, batch: Any, batch_idx: int, *extra: Any) -> Any:
+        state = self.oom_state
+        samples = batch_size_of(batch)
+        if state.depth or samples is None:
+            return step(self, batch, batch_idx, *extra)
+        reason = training_guard_applies(self)
+        if reason is not None:
+            self._unguarded(reason)
+            return step(self, batch, batch_idx, *extra)
+        state.depth += 1
+        try:
+            return TrainingStepRunner(self, step, batch, samples, batch_idx, extra).run()
+        finally:
+            state.depth -= 1
+
+    setattr(training_step, _GUARDED, True)
+    return training_step
+
+
+def _guard_validation_step(step: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(step)
+    def validation_step(self: OOMResilientModule, batch: Any, batch_idx: int, *extra: Any) -> Any:
+        state = self.oom_state
+        samples = batch_size_of(batch)
+        if state.depth or samples is None or self._trainer is None:
+            return step(self, batch, batch_idx, *extra)
+        state.depth += 1
+        try:
+            return ValidationStepRunner(self, step, batch, samples, batch_idx, extra).run()
+        finally:
+            state.depth -= 1
+
+    setattr(validation_step, _GUARDED, True)
+    return validation_step
+
+
+def _guard_backward(backward: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(backward)
+    def guarded_backward(self: OOMResilientModule, loss: Any, *args: Any, **kwargs: Any) -> None:
+        state = self.oom_state
+        if state.backward_done:
+            # The guarded step accumulated the gradients already. Lightning's loss carries only
+            # its value, or under DDP a zero-valued touch of every parameter that starts the
+            # gradient all-reduce.
+            state.backward_done = False
+            if loss.requires_grad:
+                loss.backward()
+            return
+        backward(self, loss, *args, **kwargs)
+
+    setattr(guarded_backward, _GUARDED, True)
+    return guarded_backward
+
+
+def _guard_zero_grad(zero_grad: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(zero_grad)
+    def optimizer_zero_grad(
+        self: OOMResilientModule, epoch: int, batch_idx: int, optimizer: Any
+    ) -> None:
+        state = self.oom_state
+        if state.skip_zero_grad:
+            # Lightning zeroes after training_step; the guarded step did it before its backward.
+            state.skip_zero_grad = False
+            return
+        zero_grad(self, epoch, batch_idx, optimizer)
+
+    setattr(optimizer_zero_grad, _GUARDED, True)
+    return optimizer_zero_grad
+
+
+_GUARDS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "training_step": _guard_training_step,
+    "validation_step": _guard_validation_step,
+    "backward": _guard_backward,
+    "optimizer_zero_grad": _guard_zero_grad,
+}
+
+
+class OOMResilientModule(L.LightningModule):
+    """Base class of the project's LightningModules: OOM recovery for their steps.
+
+    ``oom_state`` (an :class:`OOMRecoveryState`) holds the learned micro-batch sizes and the
+    recovery counts, which the steps log as ``oom/train_recoveries``,
+    ``oom/train_micro_batch``, ``oom/train_accumulation``, ``oom/last_resorts``,
+    ``oom/val_recoveries`` and ``oom/val_micro_batch`` once an OOM has happened.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.oom_state = OOMRecoveryState()
+        self._unguarded_reason_logged = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, guard in _GUARDS.items():
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, _GUARDED, False):
+                setattr(cls, name, guard(method))
+
+    def micro_batch_weight(self, micro_batch: Any, batch: Any) -> float:
+        """The share of the batch's loss that a micro-batch's loss carries.
+
+        The default, samples in the micro-batch / samples in the batch, is right for a loss
+        that is a mean over samples. Override it for a loss averaged over other units
+        (tokens, valid cells): return the micro-batch's share of those units.
+        """
+        return batch_size_of(micro_batch) / batch_size_of(batch)
+
+    def inject_oom_above(self, *, train: int | None = None, val: int | None = None) -> None:
+        """Raise ``torch.cuda.OutOfMemoryError`` for every training (validation) micro-batch of
+        more than ``train`` (``val``) samples; None turns that phase's fault off. For tests
+        and rehearsals of the recovery on any machine."""
+        limits = {"train": train, "val": val}
+        for phase, limit in limits.items():
+            if limit is not None and (
+                isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+            ):
+                raise ValueError(f"fault.oom_{phase}_above must be an integer >= 1, got {limit!r}")
+        self.oom_state.fault_above.update(limits)
+
+    backward = _guard_backward(L.LightningModule.backward)
+    optimizer_zero_grad = _guard_zero_grad(L.LightningModule.optimizer_zero_grad)
+
+    def _unguarded(self, reason: str) -> None:
+        if not self._unguarded_reason_logged:
+            self._unguarded_reason_logged = True
+            log.warning("Training steps run without OOM recovery: %s.", reason)
+
+
+__all__ = ["OOMRecoveryState", "OOMResilientModule"]

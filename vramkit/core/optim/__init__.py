@@ -1,0 +1,1 @@
+"""Learning-rate schedules and the optimizer plumbing every task module shares."""

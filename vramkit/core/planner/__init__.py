@@ -1,0 +1,33 @@
+"""The memory planner: will a run fit a GPU, and at what batch sizes, decided on a CPU.
+
+It traces the task's real LightningModule on fake tensors (no memory, no GPU) for two optimizer
+steps and a validation step, applies the CUDA rules a CPU trace cannot see (`cuda_rules`), and
+reports the peak of each phase against the profile's budget. Entry points: `plan_task`
+(`scripts/plan_memory.py`) and `resolve_auto_batch_sizes` (`batch_size: auto` in a profile).
+"""
+
+from vramkit.core.planner.auto_batch import resolve_auto_batch_sizes
+from vramkit.core.planner.errors import DoesNotFitError, PlanningDataError, PlanningError
+from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan, largest_fitting
+from vramkit.core.planner.remedies import Remedy
+from vramkit.core.planner.report import plan_json, plan_table
+from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.task_plan import MemoryPlan, plan_task
+
+__all__ = [
+    "TRAIN",
+    "VAL",
+    "DoesNotFitError",
+    "MemoryPlan",
+    "MemoryPlanner",
+    "PhasePlan",
+    "PlanningDataError",
+    "PlanningError",
+    "Remedy",
+    "RunSetup",
+    "largest_fitting",
+    "plan_json",
+    "plan_table",
+    "plan_task",
+    "resolve_auto_batch_sizes",
+]

@@ -1,0 +1,340 @@
+"""Trace Lightning's training and validation steps and measure live device memory.
+
+`trace_training` replays what Lightning's automatic optimization does for each batch:
+`training_step` inside the precision's autocast block (the previous step's gradients are still
+alive: Lightning zeroes them only after the next forward), `zero_grad(set_to_none=True)` on the
+first batch of an accumulation window, `backward` of the loss divided by the accumulation (and
+multiplied by the loss scale under `16-mixed`), and `optimizer.step()` at the end of the window.
+Two optimizer steps run, because the optimizer creates its state in the first one.
+
+`trace_validation` reproduces validation inside `fit`: parameters, the last step's gradients and
+the optimizer state are resident (Lightning does not free them between the phases), and
+`validation_step` runs in eval mode under `no_grad` inside the autocast block. The device part is
+what is measured; host post-processing (`.numpy()`, `.tolist()`) receives zero arrays of the
+right shape and dtype, so it runs, on empty outputs, without touching fake data.
+
+Both work on real tensors too (no fake mode active), which is how the trace is checked against
+a real CPU run. `cuda_semantics` adds the CUDA rules for a fake trace of a GPU run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+)
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+from vramkit.core.planner.attention_rules import CudaAttention
+from vramkit.core.planner.autocast_rules import CudaAutocast
+from vramkit.core.planner.cuda_rules import (
+    GRAD_SCALER_INIT_SCALE,
+    autocast_dtype,
+    round_allocation,
+)
+from vramkit.core.planner.errors import PlanningError
+from vramkit.core.planner.optimizer_layouts import ZeroStage2Layout, state_tensors
+from vramkit.core.planner.recorder import (
+    GRADIENTS,
+    INPUTS,
+    OPTIMIZER_STATE,
+    PARAMETERS,
+    StorageRecorder,
+)
+from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.subject import trainable_parameters
+
+_NOT_ATTACHED = "self.trainer` reference is not registered"
+
+
+@dataclass(frozen=True)
+class StepTrace:
+    """What a traced phase allocated: its peak, what was live then, and how it got there."""
+
+    peak_bytes: int
+    breakdown: dict[str, int]
+    """Bytes live at the peak by recorder category (parameters, gradients, …)."""
+    peak_at: str
+    """When the peak happened, e.g. "step 2: forward"."""
+    convolutions: bool
+    """The step ran convolutions (cuDNN workspaces apply on a GPU)."""
+    attention_kernels: tuple[str, ...]
+    """The SDPA kernel each attention call would run on the target GPU."""
+    timeline: tuple[int, ...]
+    """Live bytes after every op that changed them (empty unless asked for)."""
+
+
+class StepSemantics:
+    """How a run's steps differ by precision: the autocast block and the loss scale."""
+
+    def __init__(self, setup: RunSetup, autocast: CudaAutocast | None) -> None:
+        self.setup = setup
+        self.autocast = autocast
+        lower = autocast_dtype(setup.precision)
+        self.loss_scale = GRAD_SCALER_INIT_SCALE if lower == torch.float16 else 1.0
+
+    def forward_region(self) -> contextlib.AbstractContextManager:
+        """Lightning's `precision.forward_context()` for this run."""
+        return self.autocast.region() if self.autocast is not None else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def cuda_semantics(setup: RunSetup) -> Iterator[tuple[StepSemantics, CudaAttention | None]]:
+    """The CUDA rules of `setup` for CPU tensors, while inside: autocast and attention kernels.
+
+    Without a target device (CPU planning) nothing changes.
+    """
+    with contextlib.ExitStack() as stack:
+        autocast = None
+        attention = None
+        if setup.device is not None:
+            lower = autocast_dtype(setup.precision)
+            if lower is not None:
+                autocast = stack.enter_context(CudaAutocast(lower))
+            attention = stack.enter_context(CudaAttention(setup.device))
+        yield StepSemantics(setup, autocast), attention
+
+
+class FakeStepRecorder(StorageRecorder):
+    """A recorder for fake tensors: device rounding, and stand-ins for data-dependent ops.
+
+    A fake tensor has no values, so reading one (`.item()`, `int(t)`, `if t:`) yields a stand-in:
+    True for a boolean, `scalar_stand_in` for a number (the largest element count in the batch,
+    so a count that sizes a buffer, e.g. hard-negative mining's top-k, plans its worst case).
+    Ops whose output size depends on values (`nonzero`, `masked_select`) plan the largest size.
+    """
+
+    def __init__(self, *, scalar_stand_in: int, round_to_device: bool, keep_timeline: bool) -> None:
+        super().__init__(
+            round_bytes=round_allocation if round_to_device else (lambda n: n),
+            keep_timeline=keep_timeline,
+        )
+        self.scalar_stand_in = scalar_stand_in
+
+    def run_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run one op on fake tensors; data-dependent results get the stand-ins above."""
+        try:
+            return func(*args, **kwargs)
+        except DataDependentOutputException:
+            if func is not torch.ops.aten._local_scalar_dense.default:
+                raise
+            value = args[0]
+            if value.dtype == torch.bool:
+                return True
+            if value.is_floating_point():
+                return float(self.scalar_stand_in)
+            return self.scalar_stand_in
+        except DynamicOutputShapeException:
+            return self._largest_output(func, args)
+
+    @staticmethod
+    def _largest_output(func: Any, args: tuple) -> torch.Tensor:
+        name = func.__name__.split(".")[0]
+        source = args[0]
+        if name == "nonzero":
+            return torch.empty((source.numel(), source.dim()), dtype=torch.long)
+        if name == "masked_select":
+            shape = torch.broadcast_shapes(source.shape, args[1].shape)
+            return torch.empty((int(np.prod(shape)),), dtype=source.dtype)
+        raise PlanningError(
+            f"aten.{func.__name__} has an output size that depends on tensor values, which the "
+            "planner cannot know without data"
+        )
+
+
+class HostTransfers(TorchFunctionMode):
+    """`.numpy()`, `np.asarray(t)` and `.tolist()` of fake tensors give zeros of their shape."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.tolist) and (
+            isinstance(args[0], FakeTensor)
+        ):
+            zeros = np.zeros(tuple(args[0].shape), dtype=_numpy_dtype(args[0].dtype))
+            return zeros.tolist() if func is torch.Tensor.tolist else zeros
+        return func(*args, **kwargs)
+
+
+_NUMPY_DTYPES = {
+    torch.float64: np.float64,
+    torch.float32: np.float32,
+    torch.float16: np.float16,
+    torch.bfloat16: np.float32,  # numpy has no bfloat16; host code sees floats
+    torch.int64: np.int64,
+    torch.int32: np.int32,
+    torch.int16: np.int16,
+    torch.int8: np.int8,
+    torch.uint8: np.uint8,
+    torch.bool: np.bool_,
+}
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    return np.dtype(_NUMPY_DTYPES.get(dtype, np.float32))
+
+
+def batch_tensors(value: Any) -> list[torch.Tensor]:
+    """Every tensor inside a (nested) batch."""
+    return [v for v in tree_flatten(value)[0] if isinstance(v, torch.Tensor)]
+
+
+def _loss_of(output: Any, step: int) -> torch.Tensor:
+    loss = output.get("loss") if isinstance(output, dict) else output
+    if not isinstance(loss, torch.Tensor):
+        raise PlanningError(
+            f"training_step returned {type(output).__name__} for planning batch {step}; the "
+            "planner needs the loss tensor (or a dict with 'loss')"
+        )
+    return loss
+
+
+@contextlib.contextmanager
+def _quiet_logging() -> Iterator[None]:
+    # The steps run without a Trainer: Lightning warns that self.log() has nowhere to go, and
+    # modules may warn that Trainer-only features are off. Neither concerns the plan.
+    disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=f".*{_NOT_ATTACHED}.*")
+            yield
+    finally:
+        logging.disable(disabled)
+
+
+def _gradient_hooks(
+    module: L.LightningModule,
+    optimizer: torch.optim.Optimizer,
+    recorder: StorageRecorder,
+) -> Callable[[], None]:
+    sink = optimizer.sink_gradient if isinstance(optimizer, ZeroStage2Layout) else None
+
+    def finished(param: torch.Tensor) -> None:
+        recorder.register([param.grad], GRADIENTS)
+        if sink is not None:
+            sink(param)
+            recorder.register(optimizer.device_gradients(), GRADIENTS)
+
+    handles = [p.register_post_accumulate_grad_hook(finished) for p in trainable_parameters(module)]
+    return lambda: [handle.remove() for handle in handles]
+
+
+def _register_state(
+    module: L.LightningModule, optimizer: torch.optim.Optimizer, recorder: StorageRecorder
+) -> None:
+    recorder.register([*module.parameters(), *module.buffers()], PARAMETERS)
+    recorder.register([p.grad for p in module.parameters()], GRADIENTS)
+    recorder.register(state_tensors(optimizer), OPTIMIZER_STATE)
+    if isinstance(optimizer, ZeroStage2Layout):
+        recorder.register(optimizer.device_gradients(), GRADIENTS)
+
+
+def _result(recorder: StorageRecorder, attention: CudaAttention | None) -> StepTrace:
+    return StepTrace(
+        peak_bytes=recorder.peak.bytes,
+        breakdown=recorder.peak_breakdown(),
+        peak_at=recorder.peak.label,
+        convolutions=any("convolution" in name for name in recorder.op_names),
+        attention_kernels=tuple(attention.choices) if attention is not None else (),
+        timeline=tuple(recorder.timeline),
+    )
+
+
+def trace_training(
+    module: L.LightningModule,
+    optimizer: torch.optim.Optimizer,
+    batch: Any,
+    recorder: StorageRecorder,
+    semantics: StepSemantics,
+    *,
+    optimizer_steps: int = 2,
+    attention: CudaAttention | None = None,
+) -> StepTrace:
+    """Run `optimizer_steps` optimizer steps of Lightning's training loop on `batch`.
+
+    With accumulation, every window runs two micro-batches (the second has the previous
+    gradients alive through its backward pass, as all later ones do) before stepping.
+    """
+    accumulate = semantics.setup.accumulate_grad_batches
+    micro_batches = min(accumulate, 2)
+    module.train()
+    module.zero_grad(set_to_none=True)
+    remove_hooks = _gradient_hooks(module, optimizer, recorder)
+    try:
+        with recorder, _quiet_logging():
+            _register_state(module, optimizer, recorder)
+            recorder.register(batch_tensors(batch), INPUTS)
+            for step in range(optimizer_steps):
+                for micro in range(micro_batches):
+                    index = step * accumulate + micro
+                    with recorder.phase(f"step {step + 1}: forward"), semantics.forward_region():
+                        loss = _loss_of(module.training_step(batch, index), index)
+                    if micro == 0:
+                        with recorder.phase(f"step {step + 1}: zero_grad"):
+                            optimizer.zero_grad(set_to_none=True)
+                    with recorder.phase(f"step {step + 1}: backward"):
+                        scaled = loss * (semantics.loss_scale / accumulate)
+                        del loss
+                        scaled.backward()
+                        del scaled
+                with recorder.phase(f"step {step + 1}: optimizer step"):
+                    optimizer.step()
+                recorder.register(state_tensors(optimizer), OPTIMIZER_STATE)
+    finally:
+        remove_hooks()
+        recorder.close()
+    return _result(recorder, attention)
+
+
+def prepare_resident_state(module: L.LightningModule, optimizer: torch.optim.Optimizer) -> None:
+    """Give `module` the state it has after a training step: gradients and optimizer state."""
+    module.train()
+    with torch.no_grad():
+        for param in trainable_parameters(module):
+            param.grad = torch.zeros_like(param)
+            if isinstance(optimizer, ZeroStage2Layout):
+                optimizer.sink_gradient(param)
+        optimizer.step()
+
+
+def trace_validation(
+    module: L.LightningModule,
+    optimizer: torch.optim.Optimizer,
+    batch: Any,
+    recorder: StorageRecorder,
+    semantics: StepSemantics,
+    *,
+    attention: CudaAttention | None = None,
+) -> StepTrace:
+    """Run one `validation_step` on `batch` in the state validation has inside `fit`."""
+    module.zero_grad(set_to_none=True)
+    try:
+        with recorder, _quiet_logging():
+            prepare_resident_state(module, optimizer)
+            _register_state(module, optimizer, recorder)
+            recorder.register(batch_tensors(batch), INPUTS)
+            recorder.reset_peak()
+            module.eval()
+            with (
+                HostTransfers(),
+                torch.no_grad(),
+                recorder.phase("validation step"),
+                semantics.forward_region(),
+            ):
+                module.validation_step(batch, 0)
+    finally:
+        module.train()
+        recorder.close()
+    return _result(recorder, attention)

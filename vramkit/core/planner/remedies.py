@@ -1,0 +1,247 @@
+"""When a run does not fit: what would, each with its predicted peak from a new trace.
+
+Every remedy is a change of the `RunSetup` (or of the micro-batch) that the planner traces
+again, both phases, at the requested batch sizes: nothing here is a rule of thumb. Single changes
+come first; unless two of them fit, pairs of them are planned as well.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+from vramkit.core.hardware.profile import HardwareProfile
+from vramkit.core.planner.errors import PlanningError
+from vramkit.core.planner.optimizer_layouts import ADAMW_8BIT, ZERO2, ZERO2_OFFLOAD
+from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan
+from vramkit.core.planner.run_setup import RunSetup
+
+_ADAM_TARGETS = ("torch.optim.AdamW", "torch.optim.Adam")
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """One way to make the run fit, and what the planner predicts for it."""
+
+    name: str
+    """What changes, e.g. "gradient checkpointing + bf16-true"."""
+    how: str
+    """How to ask for it (overrides, packages)."""
+    train: PhasePlan
+    val: PhasePlan
+    fits: bool
+    """Both phases stay within the budget."""
+
+
+@dataclass(frozen=True)
+class _Change:
+    name: str
+    how: str
+    changes: dict
+
+    def apply(self, setup: RunSetup) -> RunSetup:
+        return setup.replace(**self.changes)
+
+
+def _changes(profile: HardwareProfile, setup: RunSetup, planner: MemoryPlanner) -> list[_Change]:
+    """The setup changes worth planning for this model and profile (none it already has)."""
+    model_cfg = planner.model_cfg
+    changes = []
+    if model_cfg.get("gradient_checkpointing") is not True:
+        checkpointing_how = (
+            "model.gradient_checkpointing=true"
+            if "gradient_checkpointing" in model_cfg
+            else "wrap the model's repeated blocks in torch.utils.checkpoint"
+        )
+        changes.append(
+            _Change("gradient checkpointing", checkpointing_how, {"gradient_checkpointing": True})
+        )
+    optimizer = model_cfg.get("optimizer")
+    target = optimizer.get("_target_") if isinstance(optimizer, DictConfig) else None
+    if target in _ADAM_TARGETS and not planner.eight_bit_configured:
+        changes.append(
+            _Change(
+                "8-bit AdamW",
+                "model.optimizer._target_=bitsandbytes.optim.AdamW8bit "
+                "(pip install bitsandbytes; CUDA only)",
+                {"optimizer": ADAMW_8BIT},
+            )
+        )
+    if profile.bf16 and setup.precision != "bf16-true":
+        changes.append(
+            _Change(
+                "bf16-true",
+                "hw.precision=bf16-true (bf16 weights and optimizer state)",
+                {"precision": "bf16-true"},
+            )
+        )
+    weights = "bf16-true" if profile.bf16 else "16-true"
+    changes.append(
+        _Change(
+            "DeepSpeed ZeRO-2, CPU offload",
+            "trainer.strategy=deepspeed_stage_2_offload (pip install deepspeed)",
+            {"optimizer": ZERO2_OFFLOAD, "precision": weights},
+        )
+    )
+    if setup.devices > 1:
+        changes.append(
+            _Change(
+                f"DeepSpeed ZeRO-2 across {setup.devices} GPUs",
+                "trainer.strategy=deepspeed_stage_2 (pip install deepspeed)",
+                {"optimizer": ZERO2, "precision": weights},
+            )
+        )
+    return changes
+
+
+def _combined(first: _Change, second: _Change) -> _Change | None:
+    overlap = set(first.changes) & set(second.changes)
+    if overlap:
+        return None  # both decide the optimizer or the precision
+    return _Change(
+        f"{first.name} + {second.name}",
+        f"{first.how}; {second.how}",
+        {**first.changes, **second.changes},
+    )
+
+
+def split_batch(total: int, largest: int) -> tuple[int, int]:
+    """Micro-batch and accumulation for an effective batch of `total` with micro-batches of at
+    most `largest`: the exact split with the fewest micro-batches when one exists within twice
+    the minimum accumulation, else the near-even split (its product may exceed `total` a bit)."""
+    if largest < 1:
+        raise ValueError(f"largest micro-batch must be >= 1, got {largest}")
+    fewest = math.ceil(total / largest)
+    for accumulate in range(fewest, 2 * fewest + 1):
+        if total % accumulate == 0:
+            return total // accumulate, accumulate
+    return math.ceil(total / fewest), fewest
+
+
+def _validation_under(
+    planner: MemoryPlanner, setup: RunSetup, requested: int, budget_bytes: int
+) -> tuple[PhasePlan, str]:
+    """Validation at the requested batch size, or the largest that fits under `setup`."""
+    val = planner.measure(VAL, requested, setup)
+    if val.peak <= budget_bytes or requested < 2:
+        return val, ""
+    size, smaller = planner.largest_batch_size(VAL, setup, budget_bytes, requested - 1)
+    if size == 0:
+        return val, ""
+    return smaller, f"; hw.val_batch_size={size}"
+
+
+def _plan_change(
+    planner: MemoryPlanner,
+    change: _Change,
+    setup: RunSetup,
+    train_batch_size: int,
+    val_batch_size: int,
+    budget_bytes: int,
+) -> Remedy | None:
+    changed = change.apply(setup)
+    try:
+        train = planner.measure(TRAIN, train_batch_size, changed)
+        val, val_note = _validation_under(planner, changed, val_batch_size, budget_bytes)
+    except PlanningError:
+        return None  # the change does not apply to this model (e.g. no blocks to checkpoint)
+    fits = train.peak <= budget_bytes and val.peak <= budget_bytes
+    return Remedy(change.name, change.how + val_note, train, val, fits)
+
+
+def _micro_batch_remedy(
+    planner: MemoryPlanner,
+    setup: RunSetup,
+    train_batch_size: int,
+    val_batch_size: int,
+    budget_bytes: int,
+) -> Remedy | None:
+    if train_batch_size < 2:
+        return None
+    accumulating = setup.replace(accumulate_grad_batches=max(2, setup.accumulate_grad_batches))
+    largest, _ = planner.largest_batch_size(TRAIN, accumulating, budget_bytes, train_batch_size - 1)
+    if largest == 0:
+        return None
+    effective = train_batch_size * setup.accumulate_grad_batches
+    micro, accumulate = split_batch(effective, largest)
+    train = planner.measure(TRAIN, micro, setup.replace(accumulate_grad_batches=accumulate))
+    val, val_note = _validation_under(planner, setup, val_batch_size, budget_bytes)
+    return Remedy(
+        f"micro-batch {micro} × accumulate {accumulate}",
+        f"hw.batch_size={micro} hw.accumulate_grad_batches={accumulate} "
+        f"(effective batch {micro * accumulate}){val_note}",
+        train,
+        val,
+        train.peak <= budget_bytes and val.peak <= budget_bytes,
+    )
+
+
+def propose_remedies(
+    planner: MemoryPlanner,
+    profile: HardwareProfile,
+    setup: RunSetup,
+    train: PhasePlan,
+    val: PhasePlan,
+    budget_bytes: int,
+) -> list[Remedy]:
+    """Remedies for a plan whose `train` or `val` phase exceeds `budget_bytes`.
+
+    When only validation is over, the remedy is the largest validation batch that fits (the
+    same metrics). Otherwise, cheapest first: a smaller micro-batch with accumulation (the same
+    effective batch), then each change of setup on its own, then, unless two of those fit, each
+    compatible pair. Every remedy also says the validation batch to use when the requested one
+    does not fit under it.
+    """
+    remedies: list[Remedy] = []
+    if train.peak <= budget_bytes:
+        val_only, val_note = _validation_under(planner, setup, val.batch_size, budget_bytes)
+        if val_note:
+            remedies.append(
+                Remedy(
+                    f"validation batch {val_only.batch_size}",
+                    val_note.removeprefix("; "),
+                    train,
+                    val_only,
+                    val_only.peak <= budget_bytes,
+                )
+            )
+        return remedies
+    found = _micro_batch_remedy(planner, setup, train.batch_size, val.batch_size, budget_bytes)
+    if found is not None:
+        remedies.append(found)
+    changes = _changes(profile, setup, planner)
+    remedies.extend(
+        _evaluated(planner, changes, setup, train.batch_size, val.batch_size, budget_bytes)
+    )
+    if sum(remedy.fits for remedy in remedies) < 2:
+        pairs = [
+            pair
+            for i, first in enumerate(changes)
+            for second in changes[i + 1 :]
+            if (pair := _combined(first, second)) is not None
+        ]
+        remedies.extend(
+            _evaluated(planner, pairs, setup, train.batch_size, val.batch_size, budget_bytes)
+        )
+    return remedies
+
+
+def _evaluated(
+    planner: MemoryPlanner,
+    changes: Iterable[_Change],
+    setup: RunSetup,
+    train_batch_size: int,
+    val_batch_size: int,
+    budget_bytes: int,
+) -> list[Remedy]:
+    found = []
+    for change in changes:
+        remedy = _plan_change(
+            planner, change, setup, train_batch_size, val_batch_size, budget_bytes
+        )
+        if remedy is not None:
+            found.append(remedy)
+    return found

@@ -1,0 +1,133 @@
+"""A memory plan as a console table or as one JSON-ready dict (GiB throughout)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramkit.core.planner.cuda_rules import CUDA_CONTEXT_GIB, RESERVE_FACTOR
+from vramkit.core.planner.plan import PhasePlan
+from vramkit.core.planner.remedies import Remedy
+from vramkit.core.planner.task_plan import MemoryPlan
+
+_ROWS = (
+    ("parameters", "parameters"),
+    ("gradients", "gradients"),
+    ("optimizer_state", "optimizer state"),
+    ("activations", "activations + temporaries"),
+    ("overhead", "context + workspaces + reserve"),
+    ("total", "peak"),
+)
+
+
+def _gib(value: float) -> float:
+    return round(value, 3)
+
+
+def _phase_json(phase: PhasePlan, budget_bytes: int | None) -> dict[str, Any]:
+    return {
+        "batch_size": phase.batch_size,
+        "accumulate_grad_batches": phase.accumulate_grad_batches,
+        "peak_gib": _gib(phase.peak_gib),
+        "max_allocated_gib": _gib(phase.predicted_max_allocated / 2**30),
+        "fits": phase.fits(budget_bytes),
+        "peak_at": phase.peak_at,
+        "attention_kernels": list(phase.attention_kernels),
+        "breakdown": {key: _gib(value) for key, value in phase.breakdown_gib().items()},
+    }
+
+
+def _remedy_json(remedy: Remedy, budget_bytes: int | None) -> dict[str, Any]:
+    return {
+        "name": remedy.name,
+        "how": remedy.how,
+        "fits": remedy.fits,
+        "train": _phase_json(remedy.train, budget_bytes),
+        "val": _phase_json(remedy.val, budget_bytes),
+    }
+
+
+def plan_json(plan: MemoryPlan) -> dict[str, Any]:
+    """The plan as plain JSON values: profile, budget_gib, fits, train, val, remedies, …"""
+    profile = plan.profile
+    budget = plan.budget_bytes
+    return {
+        "profile": profile.name,
+        "device": profile.label,
+        "precision": plan.setup.precision,
+        "optimizer": plan.optimizer,
+        "budget_gib": None if plan.budget_gib is None else _gib(plan.budget_gib),
+        "memory_gib": profile.memory_gib,
+        "fits": plan.fits,
+        "train": {**_phase_json(plan.train, budget), "searched": plan.train_searched},
+        "val": {**_phase_json(plan.val, budget), "searched": plan.val_searched},
+        "remedies": [_remedy_json(remedy, budget) for remedy in plan.remedies],
+        "allowances": {
+            "cuda_context_gib": CUDA_CONTEXT_GIB if plan.setup.device is not None else 0.0,
+            "reserve_factor": RESERVE_FACTOR if plan.setup.device is not None else 1.0,
+        },
+        "traces": plan.traces,
+        "seconds": round(plan.seconds, 2),
+    }
+
+
+def _verdict(fits: bool | None) -> str:
+    return {True: "fits", False: "DOES NOT FIT", None: "no budget"}[fits]
+
+
+def _batch_label(phase: PhasePlan, searched: bool, limit: int | None, budget: int | None) -> str:
+    label = f"batch {phase.batch_size}"
+    if phase.accumulate_grad_batches > 1:
+        label += f" × {phase.accumulate_grad_batches}"
+    if not searched:
+        return label
+    if phase.fits(budget) is False:
+        return label + " (none fits)"
+    return label + (" (all samples)" if phase.batch_size == limit else " (max)")
+
+
+def plan_table(plan: MemoryPlan) -> str:
+    """The plan as a few aligned lines for the console, remedies included."""
+    profile = plan.profile
+    head = (
+        f"memory plan for {profile.label} ({profile.name}), {plan.setup.precision}, "
+        f"{plan.optimizer}"
+    )
+    if plan.budget_bytes is None:
+        budget_line = "budget: none (CPU profile: host memory)"
+    else:
+        budget_line = (
+            f"budget {plan.budget_gib:.2f} GiB = {profile.memory_budget_fraction:.0%} of "
+            f"{profile.memory_gib:.1f} GiB"
+        )
+    budget = plan.budget_bytes
+    train_label = _batch_label(plan.train, plan.train_searched, plan.train_limit, budget)
+    val_label = _batch_label(plan.val, plan.val_searched, plan.val_limit, budget)
+    width = max(len(title) for _, title in _ROWS) + 2
+    lines = [
+        head,
+        budget_line,
+        f"{'GiB':<{width}}{'train ' + train_label:>30}{'val ' + val_label:>30}",
+    ]
+    train_gib = plan.train.breakdown_gib()
+    val_gib = plan.val.breakdown_gib()
+    for key, title in _ROWS:
+        lines.append(f"{title:<{width}}{train_gib[key]:>30.3f}{val_gib[key]:>30.3f}")
+    lines.append(
+        f"{'verdict':<{width}}{_verdict(plan.train.fits(budget)):>30}"
+        f"{_verdict(plan.val.fits(budget)):>30}"
+    )
+    lines.append(f"{'peak at':<{width}}{plan.train.peak_at:>30}{plan.val.peak_at:>30}")
+    if plan.train.attention_kernels or plan.val.attention_kernels:
+        kernels = ", ".join(sorted({*plan.train.attention_kernels, *plan.val.attention_kernels}))
+        lines.append(f"attention kernel on this GPU: {kernels}")
+    if plan.remedies:
+        lines.append("")
+        lines.append("remedies (each re-planned; peaks in GiB, train / val):")
+        for remedy in plan.remedies:
+            mark = "fits" if remedy.fits else "no  "
+            lines.append(
+                f"  {mark}  {remedy.name}: {remedy.train.peak_gib:.2f} / {remedy.val.peak_gib:.2f}"
+                f"  ({remedy.how})"
+            )
+    lines.append(f"({plan.traces} traces in {plan.seconds:.1f} s)")
+    return "\n".join(lines)

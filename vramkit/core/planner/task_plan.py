@@ -1,0 +1,164 @@
+"""Plan a composed training config on a hardware profile: the entry point of the planner.
+
+`plan_task` builds the task's real datamodule (for one sample per phase) and its LightningModule
+(fake weights), traces both phases, searches the largest batch sizes where asked, and proposes
+remedies when the run does not fit.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from vramkit.core.hardware.profile import HardwareProfile
+from vramkit.core.planner.batches import PhaseSamples, sample_batches
+from vramkit.core.planner.cuda_rules import GIB
+from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan
+from vramkit.core.planner.remedies import Remedy, propose_remedies
+from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.subject import swap_eight_bit_optimizer
+from vramkit.core.run.instantiate import instantiate
+
+# Batch sizes searched when the dataset does not say how many samples it has.
+_UNBOUNDED_BATCH = 4096
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The planner's answer for one profile: both phases, the verdict and the remedies."""
+
+    profile: HardwareProfile
+    setup: RunSetup
+    optimizer: str
+    """The configured optimizer's class name (e.g. "AdamW")."""
+    budget_bytes: int | None
+    """The profile's memory budget; None for a CPU profile."""
+    train: PhasePlan
+    val: PhasePlan
+    train_searched: bool
+    """The training batch size is the largest that fits (it was "auto")."""
+    val_searched: bool
+    train_limit: int | None
+    """The training dataset's size, which caps a searched batch size."""
+    val_limit: int | None
+    remedies: tuple[Remedy, ...]
+    traces: int
+    """Phase traces run to make this plan."""
+    seconds: float
+    """Wall time of the planning, sample loading included (s)."""
+    planner: MemoryPlanner = field(repr=False, compare=False)
+    """The planner that made this plan, to measure more setups with the same model and data."""
+
+    @property
+    def budget_gib(self) -> float | None:
+        """`budget_bytes` in GiB."""
+        return None if self.budget_bytes is None else self.budget_bytes / GIB
+
+    @property
+    def fits(self) -> bool | None:
+        """Both phases fit the budget (None without a budget)."""
+        if self.budget_bytes is None:
+            return None
+        return self.train.peak <= self.budget_bytes and self.val.peak <= self.budget_bytes
+
+
+def planning_config(cfg: DictConfig, profile: HardwareProfile) -> DictConfig:
+    """A copy of `cfg` whose `hw` holds `profile` with integer batch sizes, for instantiation.
+
+    The datamodule validates its batch sizes; the planner only takes one sample from it, in
+    this process, so "auto" becomes 1 there and the loaders get no workers and no pinning.
+    """
+    planning = copy.deepcopy(cfg)
+    values = dataclasses.asdict(profile)
+    for key in ("batch_size", "val_batch_size"):
+        if not isinstance(values[key], int):
+            values[key] = 1
+    values.update(num_workers=0, pin_memory=False)
+    with open_dict(planning):
+        planning.hw = OmegaConf.create(values)
+    return planning
+
+
+def _optimizer_name(model_cfg: DictConfig) -> str:
+    optimizer = model_cfg.get("optimizer")
+    if isinstance(optimizer, DictConfig) and "_target_" in optimizer:
+        return str(optimizer._target_).rsplit(".", 1)[-1]
+    return "configure_optimizers()"
+
+
+def _trainer_length(cfg: DictConfig) -> tuple[int, int]:
+    trainer = cfg.get("trainer") or {}
+    max_epochs = trainer.get("max_epochs") or 1
+    max_steps = trainer.get("max_steps")
+    return int(max_epochs), int(max_steps) if max_steps is not None else -1
+
+
+def plan_task(
+    cfg: DictConfig,
+    profile: HardwareProfile,
+    *,
+    train_batch_size: int | None,
+    val_batch_size: int | None,
+    setup: RunSetup | None = None,
+    with_remedies: bool = True,
+    samples: PhaseSamples | None = None,
+) -> MemoryPlan:
+    """Plan `cfg`'s task on `profile`.
+
+    A batch size of None is searched: the largest that fits the profile's budget (capped by the
+    dataset's size), or 1 when nothing fits. Without a budget (CPU profile) every batch size
+    must be given. `setup` defaults to the profile's own; `samples` to the datamodule's.
+    """
+    started = time.perf_counter()
+    setup = setup or RunSetup.from_profile(profile)
+    budget = None if profile.budget_gib is None else int(profile.budget_gib * GIB)
+    if budget is None and (train_batch_size is None or val_batch_size is None):
+        raise ValueError(
+            f"profile {profile.name} has no memory budget, so batch sizes cannot be searched; "
+            "give both batch sizes"
+        )
+    planning = planning_config(cfg, profile)
+    if samples is None:
+        samples = sample_batches(instantiate(planning.data))
+    max_epochs, max_steps = _trainer_length(planning)
+    optimizer = _optimizer_name(planning.model)
+    planner = MemoryPlanner(
+        planning.model,
+        samples,
+        eight_bit_configured=swap_eight_bit_optimizer(planning.model),
+        max_epochs=max_epochs,
+        max_steps=max_steps,
+    )
+
+    def phase(name: str, requested: int | None, limit: int | None) -> PhasePlan:
+        if requested is not None:
+            return planner.measure(name, requested, setup)
+        _, plan = planner.largest_batch_size(name, setup, budget, limit or _UNBOUNDED_BATCH)
+        return plan
+
+    train = phase(TRAIN, train_batch_size, samples.train_size)
+    val = phase(VAL, val_batch_size, samples.val_size)
+    remedies: list[Remedy] = []
+    over = budget is not None and (train.peak > budget or val.peak > budget)
+    if with_remedies and over:
+        remedies = propose_remedies(planner, profile, setup, train, val, budget)
+    return MemoryPlan(
+        profile=profile,
+        setup=setup,
+        optimizer=optimizer,
+        budget_bytes=budget,
+        train=train,
+        val=val,
+        train_searched=train_batch_size is None,
+        val_searched=val_batch_size is None,
+        train_limit=samples.train_size,
+        val_limit=samples.val_size,
+        remedies=tuple(remedies),
+        traces=planner.traces,
+        seconds=time.perf_counter() - started,
+        planner=planner,
+    )

@@ -1,0 +1,54 @@
+"""``evaluate(cfg)``: what ``python eval.py`` does: metrics and ICDAR 2015 submission files."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import lightning as L
+from omegaconf import DictConfig
+
+from vramkit.core.hardware.profile import describe_profile
+from vramkit.core.hardware.resolve import resolve_hardware
+from vramkit.core.run.instantiate import instantiate, instantiate_group
+from vramkit.core.run.loggers import finish_wandb
+
+log = logging.getLogger(__name__)
+
+
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    """Validate ``cfg.ckpt_path`` and return its metrics.
+
+    A task whose config has a ``prediction_writer`` node (text detection: ICDAR 2015
+    ``res_<name>.txt`` files) also predicts, and the writer saves the predictions into
+    ``cfg.predictions_dir``.
+    """
+    checkpoint = Path(cfg.ckpt_path)
+    if not checkpoint.is_file():
+        raise FileNotFoundError(f"ckpt_path: no checkpoint file at {checkpoint}")
+    # Evaluation never trains: a planner's training-phase search would only cost time.
+    profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), plan_batches=False)
+    log.info("Hardware profile\n%s", describe_profile(profile))
+    if cfg.get("seed") is not None:
+        L.seed_everything(cfg.seed, workers=True)
+
+    datamodule = instantiate(cfg.data)
+    model = instantiate(cfg.model)
+    loggers = instantiate_group(cfg.get("logger"))
+    writer_node = cfg.get("prediction_writer")
+    callbacks = (
+        [] if writer_node is None else [instantiate(writer_node, output_dir=cfg.predictions_dir)]
+    )
+    trainer: L.Trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=callbacks)
+    try:
+        (metrics,) = trainer.validate(model, datamodule=datamodule, ckpt_path=str(checkpoint))
+        if callbacks:
+            trainer.predict(
+                model, datamodule=datamodule, ckpt_path=str(checkpoint), return_predictions=False
+            )
+    finally:
+        finish_wandb()
+    result = {name: float(value) for name, value in metrics.items()}
+    print(json.dumps(result))
+    return result

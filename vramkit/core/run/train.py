@@ -1,0 +1,68 @@
+"""``train(cfg)``: what ``python train.py`` does, as a plain function tests and sweeps can call."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import lightning as L
+from omegaconf import DictConfig, OmegaConf
+
+from vramkit.core.hardware.profile import describe_profile
+from vramkit.core.hardware.resolve import resolve_hardware
+from vramkit.core.run.instantiate import instantiate, instantiate_group
+from vramkit.core.run.loggers import finish_wandb, log_config
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg: DictConfig) -> float | None:
+    """Fit the task's model on its data with the hardware profile's settings.
+
+    Returns the value of ``cfg.optimized_metric`` for the best checkpoint (or the last epoch when
+    no checkpoint ranks them), which is what a Hydra sweep optimises.
+    """
+    # Hardware first: a profile the machine cannot honour must stop the run before any data or
+    # model work.
+    profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir))
+    log.info("Hardware profile\n%s", describe_profile(profile))
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "resolved_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+
+    if cfg.get("seed") is not None:
+        L.seed_everything(cfg.seed, workers=True)
+
+    datamodule = instantiate(cfg.data)
+    model = instantiate(cfg.model)
+    callbacks = instantiate_group(cfg.get("callbacks"))
+    loggers = instantiate_group(cfg.get("logger"))
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    try:
+        log_config(trainer, cfg)
+        if cfg.get("train", True):
+            trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        return _optimized_metric(trainer, cfg.get("optimized_metric"))
+    finally:
+        finish_wandb()
+
+
+def _optimized_metric(trainer: L.Trainer, name: str | None) -> float | None:
+    if name is None:
+        return None
+    checkpoint = trainer.checkpoint_callback
+    if (
+        checkpoint is not None
+        and getattr(checkpoint, "monitor", None) == name
+        and checkpoint.best_model_score is not None
+    ):
+        return float(checkpoint.best_model_score)
+    value = trainer.callback_metrics.get(name)
+    if value is None:
+        log.warning(
+            "optimized_metric %r was never logged; known metrics: %s",
+            name,
+            sorted(trainer.callback_metrics),
+        )
+        return None
+    return float(value)

@@ -1,0 +1,1 @@
+"""One package per workload: its networks, data, LightningModule, metrics and tools."""

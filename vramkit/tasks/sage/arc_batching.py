@@ -1,0 +1,125 @@
+"""Batching ARC sequences: padding to the longest sequence of a batch, and length buckets.
+
+ARC sequences range from ~20 to the full ``max_length`` tokens; batching sequences of similar
+length keeps the padding (computed, then thrown away) small, which matters most on a CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from vramkit.tasks.sage.grid_tokens import NO_POSITION, PAD
+
+# sequence fields and the value that pads them; every other field has a fixed shape
+SEQUENCE_PADDING = {"tokens": PAD, "rows": NO_POSITION, "cols": NO_POSITION, "roles": 0, "pairs": 0}
+FEATURES_KEY = "teacher_features"  # (length, width) per item, padded with zeros
+
+
+def collate_grid_items(items: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Stack items into a batch; sequences are right-padded and ``padding_mask`` marks the pad.
+
+    ``padding_mask`` is (B, L) bool, True at padding (PyTorch's ``key_padding_mask`` convention).
+    """
+    if not items:
+        raise ValueError("cannot collate an empty batch")
+    lengths = torch.tensor([item["tokens"].shape[0] for item in items])
+    longest = int(lengths.max())
+    batch: dict[str, torch.Tensor] = {}
+    for key, value in SEQUENCE_PADDING.items():
+        padded = torch.full((len(items), longest), value, dtype=items[0][key].dtype)
+        for row, item in enumerate(items):
+            padded[row, : item[key].shape[0]] = item[key]
+        batch[key] = padded
+    batch["padding_mask"] = torch.arange(longest)[None, :] >= lengths[:, None]
+    if FEATURES_KEY in items[0]:
+        first = items[0][FEATURES_KEY]
+        features = torch.zeros((len(items), longest, first.shape[1]), dtype=first.dtype)
+        for row, item in enumerate(items):
+            features[row, : item[FEATURES_KEY].shape[0]] = item[FEATURES_KEY]
+        batch[FEATURES_KEY] = features
+    for key in items[0]:
+        if key not in batch:
+            batch[key] = torch.stack([item[key] for item in items])
+    return batch
+
+
+class LengthBucketBatchSampler(Sampler[list[int]]):
+    """Batches of indices with similar ``lengths``.
+
+    With ``shuffle``, the indices are shuffled (torch's global generator, so runs seeded with
+    ``seed_everything`` repeat), cut into pools of ``pool_batches`` batches, each pool sorted by
+    length and cut into batches, and the batches shuffled. Without it, batches follow the length
+    order, which is deterministic.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        *,
+        shuffle: bool,
+        drop_last: bool = False,
+        pool_batches: int = 50,
+    ) -> None:
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.lengths = torch.as_tensor(lengths, dtype=torch.long)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.pool_batches = pool_batches
+
+    def __len__(self) -> int:
+        count = len(self.lengths)
+        if self.drop_last:
+            return count // self.batch_size
+        return -(-count // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if not self.shuffle:
+            order = torch.argsort(self.lengths, stable=True)
+            yield from self._cut(order)
+            return
+        order = torch.randperm(len(self.lengths))
+        pool = self.batch_size * self.pool_batches
+        batches = []
+        for start in range(0, len(order), pool):
+            chunk = order[start : start + pool]
+            chunk = chunk[torch.argsort(self.lengths[chunk], stable=True)]
+            # pools hold whole batches, so only the last pool can end in a short one
+            batches.extend(self._cut(chunk))
+        for index in torch.randperm(len(batches)).tolist():
+            yield batches[index]
+
+    def _cut(self, order: torch.Tensor) -> list[list[int]]:
+        batches = [
+            order[start : start + self.batch_size].tolist()
+            for start in range(0, len(order), self.batch_size)
+        ]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        return batches
+
+
+def grid_loader(
+    dataset: Dataset,
+    lengths: Sequence[int],
+    batch_size: int,
+    *,
+    shuffle: bool,
+    num_workers: int,
+    pin_memory: bool,
+    persistent_workers: bool = True,
+) -> DataLoader:
+    """A loader of length-bucketed, padded grid batches (see :class:`LengthBucketBatchSampler`)."""
+    return DataLoader(
+        dataset,
+        batch_sampler=LengthBucketBatchSampler(lengths, batch_size, shuffle=shuffle),
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers and num_workers > 0,
+        collate_fn=collate_grid_items,
+    )

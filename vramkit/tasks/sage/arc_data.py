@@ -1,0 +1,176 @@
+"""ARC data settings and the datasets both SAGE datamodules build on.
+
+- :class:`ArcDataSettings`: which sets, which queries, how sequences are built, which
+  augmentations (validated, with the config key in every message).
+- :class:`ArcAugmentedDataset`: examples with a fresh random transform at every access (the
+  teacher's training data).
+- :class:`ArcViewDataset`: every fixed augmented view of every example, ``item = example ×
+  views + view`` (what the feature cache stores, and what the student reads with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from vramkit.tasks.sage.arc_examples import (
+    QUERY_MODES,
+    ArcExample,
+    EncodingSettings,
+    build_examples,
+    example_inputs,
+    example_item,
+)
+from vramkit.tasks.sage.arc_tasks import load_arc_split
+from vramkit.tasks.sage.grid_augment import random_transform, view_transform
+from vramkit.tasks.sage.grid_tokens import MAX_DEMOS, MIN_SEQUENCE_LENGTH
+
+
+def _int(value: Any, key: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class AugmentSettings:
+    """Which augmentation families are drawn from (each applied to a whole example)."""
+
+    dihedral: bool = True  # the 8 rotations/reflections of the square
+    colours: bool = True  # permutations of colours 1–9 (0 stays)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None, key: str) -> AugmentSettings:
+        values = dict(values or {})
+        unknown = set(values) - {"dihedral", "colours"}
+        if unknown:
+            raise ValueError(
+                f"{key}: unknown option(s) {sorted(unknown)} (known: colours, dihedral)"
+            )
+        return cls(**{name: _flag(v, f"{key}.{name}") for name, v in values.items()})
+
+
+@dataclass(frozen=True)
+class ArcDataSettings:
+    """What a SAGE run trains and validates on (``data.*`` keys)."""
+
+    train_set: str = "arc_agi_1/training"
+    val_set: str = "arc_agi_1/evaluation"
+    limit_tasks: int | None = None  # first N tasks of each set (debugging and tests)
+    train_queries: str = "all"  # "test": test pairs only; "all": every training pair in turn
+    context: str = "demos"
+    max_length: int = 1024
+    max_demos: int = MAX_DEMOS
+    augment: AugmentSettings = field(default_factory=AugmentSettings)
+
+    def __post_init__(self) -> None:
+        if self.limit_tasks is not None:
+            _int(self.limit_tasks, "data.limit_tasks", minimum=1)
+        if self.train_queries not in QUERY_MODES:
+            raise ValueError(
+                f"data.train_queries must be one of {QUERY_MODES}, got {self.train_queries!r}"
+            )
+        _int(self.max_length, "data.max_length", minimum=MIN_SEQUENCE_LENGTH)
+        _int(self.max_demos, "data.max_demos", minimum=0)
+        if self.max_demos > MAX_DEMOS:
+            raise ValueError(f"data.max_demos must be at most {MAX_DEMOS}, got {self.max_demos}")
+        EncodingSettings(context=self.context)  # validates data.context
+
+    @property
+    def encoding(self) -> EncodingSettings:
+        return EncodingSettings(
+            context=self.context, max_length=self.max_length, max_demos=self.max_demos
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_examples(settings: ArcDataSettings) -> tuple[list[ArcExample], list[ArcExample]]:
+    """Training examples (``train_queries``) and validation examples (test pairs), by task."""
+    split = load_arc_split(settings.train_set, settings.val_set, limit_tasks=settings.limit_tasks)
+    return (
+        build_examples(split.train, queries=settings.train_queries),
+        build_examples(split.held_out, queries="test"),
+    )
+
+
+class ArcAugmentedDataset(Dataset):
+    """Examples, each drawn with a new random whole-example transform (or none)."""
+
+    def __init__(
+        self,
+        examples: Sequence[ArcExample],
+        encoding: EncodingSettings,
+        augment: AugmentSettings | None,
+    ) -> None:
+        self.examples = list(examples)
+        self.encoding = encoding
+        self.augment = augment
+        self.lengths = [len(example_inputs(e, encoding)) for e in self.examples]
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        example = self.examples[index]
+        if self.augment is not None:
+            # torch's generator is seeded per loader worker (and by seed_everything)
+            rng = np.random.default_rng(int(torch.randint(2**62, ())))
+            transform = random_transform(
+                rng, dihedral=self.augment.dihedral, colours=self.augment.colours
+            )
+            example = example.transformed(transform)
+        return example_item(example, self.encoding)
+
+
+class ArcViewDataset(Dataset):
+    """Every view of every example; view 0 is the original, the others fixed random transforms.
+
+    ``views[item]`` is a pure function of the example key, the view and ``view_seed``.
+    """
+
+    def __init__(
+        self,
+        examples: Sequence[ArcExample],
+        encoding: EncodingSettings,
+        *,
+        views: int,
+        view_seed: int,
+        augment: AugmentSettings,
+    ) -> None:
+        self.examples = list(examples)
+        self.encoding = encoding
+        self.views = _int(views, "data.views", minimum=1)
+        self.view_seed = view_seed
+        self.augment = augment
+        self.lengths = [len(example_inputs(self.example(i), encoding)) for i in range(len(self))]
+
+    def __len__(self) -> int:
+        return len(self.examples) * self.views
+
+    def example(self, item: int) -> ArcExample:
+        """The (transformed) example of ``item``."""
+        example = self.examples[item // self.views]
+        transform = view_transform(
+            example.key,
+            item % self.views,
+            seed=self.view_seed,
+            dihedral=self.augment.dihedral,
+            colours=self.augment.colours,
+        )
+        return example if transform.is_identity else example.transformed(transform)
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        return {**example_item(self.example(item), self.encoding), "item": torch.tensor(item)}

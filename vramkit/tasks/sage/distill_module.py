@@ -1,0 +1,204 @@
+"""SAGE distillation: a small grid transformer learns the task and the teacher's features.
+
+The student reads the grid tokens (never the teacher's features); its last states go through
+the *projector* (student width → teacher width), a layer of this module, so it is optimised
+with the student and saved in every checkpoint. The loss is
+
+    task × (cell_ce + size × size_ce) + feature × (mse × MSE + cosine × (1 − cos))
+
+over non-padding cells and tokens (weights in ``model.loss``). Validation scores the student,
+the teacher (its predictions cached with the features, same examples) and the copy baseline
+side by side; at the end of fit the compression report (parameters, latency at batch 1 and 32
+on this device, scores) is printed and saved as ``compression_report.json`` in the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from vramkit.tasks.sage.arc_batching import FEATURES_KEY
+from vramkit.tasks.sage.compression_report import (
+    ModelRow,
+    build_report,
+    count_parameters,
+    format_report,
+    latency_batches,
+    measure_latency_ms,
+)
+from vramkit.tasks.sage.grid_loss import DistillLossWeights, feature_distillation, task_loss
+from vramkit.tasks.sage.grid_module import COPY, MODEL, GridModelModule, OptimizerFactory
+from vramkit.tasks.sage.grid_outputs import GridOutput, GridPrediction
+from vramkit.tasks.sage.teacher_checkpoint import file_sha256, load_teacher
+
+log = logging.getLogger(__name__)
+
+TEACHER = "teacher_"  # metric-name prefix of the teacher's scores
+REPORT_NAME = "compression_report.json"
+
+
+class SageDistillModule(GridModelModule):
+    """The student, its projector to the teacher's width, and the distillation loss.
+
+    ``teacher_width`` may be left out: it is then read from the datamodule's feature cache in
+    ``setup`` (and recorded in the hyperparameters, so the checkpoint reloads on its own).
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        optimizer: OptimizerFactory,
+        lr_schedule: dict[str, Any] | None = None,
+        loss: Mapping[str, float] | None = None,
+        teacher_width: int | None = None,
+        report: Mapping[str, Any] | None = None,
+        compile: bool = False,
+    ) -> None:
+        self.weights = DistillLossWeights(**(loss or {}))
+        super().__init__(net, optimizer, lr_schedule, self.weights.size, compile)
+        self.save_hyperparameters(ignore=["net", "optimizer"])
+        report = dict(report or {})
+        self.report_batch_sizes = tuple(report.pop("batch_sizes", (1, 32)))
+        self.report_repeats = int(report.pop("repeats", 3))
+        if report:
+            raise ValueError(f"model.report: unknown option(s) {sorted(report)}")
+        self.projector: nn.Linear | None = None
+        if teacher_width is not None:
+            self._build_projector(teacher_width)
+
+    def _build_projector(self, teacher_width: int) -> None:
+        if (
+            isinstance(teacher_width, bool)
+            or not isinstance(teacher_width, int)
+            or teacher_width <= 0
+        ):
+            raise ValueError(f"teacher width must be a positive integer, got {teacher_width!r}")
+        self.projector = nn.Linear(self.net.width, teacher_width)
+        self.hparams["teacher_width"] = teacher_width
+
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        cached = getattr(datamodule, "teacher_width", None) if datamodule is not None else None
+        if cached is None:
+            if self.projector is None:
+                raise ValueError(
+                    "the teacher width is unknown: give model.teacher_width or a datamodule with "
+                    "a feature cache (data=arc_features)"
+                )
+            return
+        if self.projector is None:
+            self._build_projector(cached)
+        elif self.projector.out_features != cached:
+            raise ValueError(
+                f"model.teacher_width={self.projector.out_features} but the feature cache holds "
+                f"{cached}-wide teacher features"
+            )
+
+    def _loss(self, phase: str, output: GridOutput, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        assert self.projector is not None, "setup() builds the projector"
+        task = task_loss(output, batch, size_weight=self.weights.size)
+        projected = self.projector(output.hidden)
+        features = feature_distillation(projected, batch[FEATURES_KEY], batch["padding_mask"])
+        feature_loss = self.weights.mse * features["mse"] + self.weights.cosine * features["cosine"]
+        loss = self.weights.task * task["loss"] + self.weights.feature * feature_loss
+        losses = {
+            "loss": loss,
+            "task_loss": task["loss"],
+            "cell_ce": task["cell_ce"],
+            "feature_loss": feature_loss,
+            "feature_mse": features["mse"],
+            "feature_cosine": features["cosine"],
+        }
+        if "size_ce" in task:
+            losses["size_ce"] = task["size_ce"]
+        self._log_losses(phase, losses, batch)
+        return loss
+
+    def _score_references(self, batch: dict[str, torch.Tensor]) -> None:
+        # the teacher's predictions of these very examples, cached at extraction
+        if "teacher_cells" in batch:
+            teacher = GridPrediction(cells=batch["teacher_cells"], size=batch["teacher_size"])
+            self.scoreboard.add(TEACHER, teacher, batch["target"], batch["target_size"])
+
+    def on_fit_end(self) -> None:
+        if self.trainer.is_global_zero:
+            self.write_compression_report(Path(self.trainer.default_root_dir))
+
+    def write_compression_report(self, run_dir: Path) -> dict[str, Any]:
+        """Measure, print and save (``run_dir/compression_report.json``) the report."""
+        datamodule = self.trainer.datamodule
+        batches = latency_batches(datamodule.val_dataset, self.report_batch_sizes, self.device)
+        student = ModelRow(
+            "student",
+            count_parameters(self.net),
+            self._latencies(self.net, batches),
+            self.last_scores.get(MODEL),
+        )
+        teacher_module, teacher_note = self._load_teacher(datamodule.cache.manifest["teacher"])
+        teacher = ModelRow(
+            "teacher",
+            int(datamodule.cache.manifest["teacher"]["parameters"]),
+            self._latencies(teacher_module, batches) if teacher_module is not None else {},
+            self.last_scores.get(TEACHER),
+        )
+        copy = ModelRow("copy_input", 0, {}, self.last_scores.get(COPY))
+        report = build_report(
+            [teacher, student, copy],
+            device=_device_name(self.device),
+            batch_sizes=self.report_batch_sizes,
+            extra={
+                "projector_parameters": count_parameters(self.projector),
+                "validation_examples": len(datamodule.val_dataset),
+                "latency_sequence_tokens": {
+                    str(size): int(batch["tokens"].shape[1]) for size, batch in batches.items()
+                },
+                "teacher_checkpoint": datamodule.cache.manifest["teacher"]["checkpoint"],
+                "teacher_note": teacher_note,
+            },
+        )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / REPORT_NAME).write_text(json.dumps(report, indent=2))
+        print(f"SAGE compression report ({run_dir / REPORT_NAME}):\n{format_report(report)}")
+        return report
+
+    def _load_teacher(self, info: Mapping[str, Any]) -> tuple[nn.Module | None, str | None]:
+        checkpoint = Path(info["checkpoint"])
+        if not checkpoint.is_file() or file_sha256(checkpoint) != info["sha256"]:
+            note = f"teacher checkpoint {checkpoint} is gone or changed: no teacher latency"
+            log.warning(note)
+            return None, note
+        loaded = load_teacher(
+            checkpoint, info["network"], state_dict_prefix=info.get("state_dict_prefix")
+        )
+        return loaded.module.to(self.device), None
+
+    def _latencies(
+        self, network: nn.Module, batches: Mapping[int, dict[str, torch.Tensor]]
+    ) -> dict[int, float]:
+        run = (
+            network.predict
+            if callable(getattr(network, "predict", None))
+            else network.encode_inputs
+        )
+        was_training = network.training
+        network.eval()
+        latencies = {}
+        with torch.inference_mode(), self.trainer.precision_plugin.forward_context():
+            for size, batch in batches.items():
+                latencies[size] = measure_latency_ms(
+                    lambda batch=batch: run(batch), self.device, repeats=self.report_repeats
+                )
+        network.train(was_training)
+        return latencies
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{device.type} ({torch.get_num_threads()} threads)"

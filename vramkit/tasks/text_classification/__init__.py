@@ -1,0 +1,1 @@
+"""Hugging Face text classifiers (Phi-1.5 and a tiny one), their data and LightningModule."""

@@ -1,0 +1,241 @@
+"""The LightningDataModule of text classification: JSONL splits and a local tokenizer."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from vramkit.core.data.bad_lines import BadLine
+from vramkit.core.optional_dependency import import_optional
+from vramkit.tasks.text_classification.text_jsonl import LabelledText, read_labelled_texts
+from vramkit.tasks.text_classification.toy_data import (
+    ToyTextConfig,
+    ensure_toy_text_classification,
+)
+
+log = logging.getLogger(__name__)
+
+_BAD_LINES_SHOWN = 10  # bad lines named in the log per split; all are counted
+
+
+class TextClassificationDataset(Dataset):
+    """Examples as ``{"text": str, "label": int}``; tokenized by the loader's collate."""
+
+    def __init__(self, examples: Sequence[LabelledText]) -> None:
+        self.examples = list(examples)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        example = self.examples[index]
+        return {"text": example.text, "label": example.label}
+
+
+class TokenizingCollate:
+    """Tokenizes a list of examples into ``input_ids`` and ``attention_mask`` (B, max_length)
+    and ``labels`` (B,). Every batch is padded to ``max_length`` tokens: fixed shapes make the
+    memory of a step independent of the texts, which is what the memory planner assumes."""
+
+    def __init__(self, tokenizer: Any, max_length: int) -> None:
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+
+    def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        encoded = self.tokenizer(
+            [sample["text"] for sample in samples],
+            padding="max_length",
+            truncation=True,
+            max_length=self.max_length,
+            return_tensors="pt",
+        )
+        return {
+            "input_ids": encoded["input_ids"],
+            "attention_mask": encoded["attention_mask"],
+            "labels": torch.tensor([sample["label"] for sample in samples], dtype=torch.long),
+        }
+
+
+class TextClassificationDataModule(L.LightningDataModule):
+    """Training and validation loaders of labelled texts.
+
+    Either all of ``train_file``, ``val_file`` (JSONL, see
+    :func:`~vramkit.tasks.text_classification.text_jsonl.read_labelled_texts`) and ``tokenizer_dir``
+    (a local folder ``AutoTokenizer`` loads; nothing is downloaded) are given, or none of them and
+    the toy set (``toy``: fields of :class:`ToyTextConfig`) is written under ``data_root``.
+    ``pad_token_id`` is the padding id the model is told about: the tokenizer must pad with it,
+    or, having no padding token, is given that token (its EOS, for GPT-2-style tokenizers).
+    With ``strict`` a bad JSONL line stops the run naming file and line; without, it is
+    skipped, named in the log and counted in :meth:`data_problems`.
+    """
+
+    def __init__(
+        self,
+        *,
+        train_file: str | None = None,
+        val_file: str | None = None,
+        tokenizer_dir: str | None = None,
+        data_root: str = "data",
+        toy: Mapping[str, Any] | None = None,
+        num_labels: int = 2,
+        label_names: Sequence[str] | None = None,
+        pad_token_id: int = 0,
+        max_length: int = 128,
+        batch_size: int = 8,
+        val_batch_size: int = 8,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        persistent_workers: bool = True,
+        strict: bool = False,
+    ) -> None:
+        super().__init__()
+        for key, value in (
+            ("num_labels", num_labels),
+            ("max_length", max_length),
+            ("batch_size", batch_size),
+            ("val_batch_size", val_batch_size),
+        ):
+            _require_int(value, f"data.{key}", minimum=1)
+        _require_int(pad_token_id, "data.pad_token_id", minimum=0)
+        _require_int(num_workers, "data.num_workers", minimum=0)
+        for key, value in (
+            ("pin_memory", pin_memory),
+            ("persistent_workers", persistent_workers),
+            ("strict", strict),
+        ):
+            if not isinstance(value, bool):
+                raise ValueError(f"data.{key} must be true or false, got {value!r}")
+        if label_names is not None:
+            label_names = list(label_names)
+            if len(label_names) != num_labels or len(set(label_names)) != num_labels:
+                raise ValueError(
+                    f"data.label_names must hold data.num_labels={num_labels} distinct names, "
+                    f"got {label_names}"
+                )
+        paths = {"train_file": train_file, "val_file": val_file, "tokenizer_dir": tokenizer_dir}
+        given = [key for key, value in paths.items() if value is not None]
+        if given and len(given) != len(paths):
+            missing = sorted(set(paths) - set(given))
+            raise ValueError(
+                f"data.{given[0]} is set but data.{missing[0]} is not: give train_file, "
+                "val_file and tokenizer_dir together, or none of them for the toy set"
+            )
+        if not given and toy is None:
+            raise ValueError("give data.train_file, data.val_file and data.tokenizer_dir")
+        self.paths = {key: Path(value) for key, value in paths.items() if value is not None}
+        self.toy = None if given else ToyTextConfig.from_mapping(toy)
+        self.data_root = Path(data_root)
+        self.num_labels = num_labels
+        self.label_names = label_names
+        self.pad_token_id = pad_token_id
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.val_batch_size = val_batch_size
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.persistent_workers = persistent_workers
+        self.strict = strict
+        self.tokenizer: Any = None
+        self.train_dataset: TextClassificationDataset | None = None
+        self.val_dataset: TextClassificationDataset | None = None
+        self._bad_lines: dict[str, list[BadLine]] = {"train": [], "val": []}
+
+    def prepare_data(self) -> None:
+        """Write the toy set when no files are configured."""
+        if self.toy is not None:
+            ensure_toy_text_classification(self.data_root, self.toy)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load the tokenizer and read the splits; later calls reuse them."""
+        if self.toy is not None and not self.paths:
+            files = ensure_toy_text_classification(self.data_root, self.toy)
+            self.paths = {
+                "train_file": files.train_file,
+                "val_file": files.val_file,
+                "tokenizer_dir": files.tokenizer_dir,
+            }
+        if self.tokenizer is None:
+            self.tokenizer = self._load_tokenizer(self.paths["tokenizer_dir"])
+        if self.train_dataset is None and stage in (None, "fit"):
+            self.train_dataset = self._read("train", self.paths["train_file"])
+        if self.val_dataset is None:
+            self.val_dataset = self._read("val", self.paths["val_file"])
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids the tokenizer can produce (its vocabulary and added tokens)."""
+        if self.tokenizer is None:
+            raise RuntimeError("call setup() before vocab_size")
+        return len(self.tokenizer)
+
+    def train_dataloader(self) -> DataLoader:
+        if self.train_dataset is None:
+            raise RuntimeError("call setup('fit') before train_dataloader()")
+        return self._loader(self.train_dataset, self.batch_size, train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        if self.val_dataset is None:
+            raise RuntimeError("call setup() before val_dataloader()")
+        return self._loader(self.val_dataset, self.val_batch_size, train=False)
+
+    def data_problems(self) -> dict[str, int]:
+        """Skipped JSONL lines by ``<split>/bad_lines``."""
+        return {f"{split}/bad_lines": len(lines) for split, lines in self._bad_lines.items()}
+
+    def _loader(self, dataset: Dataset, batch_size: int, *, train: bool) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=train,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.persistent_workers and self.num_workers > 0,
+            collate_fn=TokenizingCollate(self.tokenizer, self.max_length),
+        )
+
+    def _read(self, split: str, path: Path) -> TextClassificationDataset:
+        examples, bad = read_labelled_texts(
+            path, num_labels=self.num_labels, label_names=self.label_names, strict=self.strict
+        )
+        self._bad_lines[split] = bad
+        for problem in bad[:_BAD_LINES_SHOWN]:
+            log.warning("skipped %s", problem)
+        if len(bad) > _BAD_LINES_SHOWN:
+            log.warning("... and %d more bad lines in %s", len(bad) - _BAD_LINES_SHOWN, path)
+        if not examples:
+            raise ValueError(f"{path}: no examples (data.{split}_file)")
+        return TextClassificationDataset(examples)
+
+    def _load_tokenizer(self, folder: Path) -> Any:
+        transformers = import_optional(
+            "transformers", extra="nlp", purpose="task=text_classification"
+        )
+        if not folder.is_dir():
+            raise FileNotFoundError(f"data.tokenizer_dir is not a folder: {folder}")
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(self.pad_token_id)
+            log.info(
+                "tokenizer %s has no padding token: padding with id %d (%r, data.pad_token_id)",
+                folder,
+                self.pad_token_id,
+                tokenizer.pad_token,
+            )
+        elif tokenizer.pad_token_id != self.pad_token_id:
+            raise ValueError(
+                f"data.pad_token_id is {self.pad_token_id} but the tokenizer in {folder} pads "
+                f"with id {tokenizer.pad_token_id} ({tokenizer.pad_token!r}): set "
+                f"data.pad_token_id={tokenizer.pad_token_id}"
+            )
+        return tokenizer
+
+
+def _require_int(value: Any, key: str, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{key} must be an integer >= {minimum}, got {value!r}")

@@ -1,0 +1,300 @@
+"""The LightningDataModule of text detection: ICDAR-layout folders or the synthetic dataset."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import cv2
+import lightning as L
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from torch.utils.data import DataLoader
+
+from vramkit.core.data.loader_workers import init_loader_worker
+from vramkit.core.io.disk_cache import DEFAULT_MAX_GIB, ValidationCache
+from vramkit.tasks.text_detection.augment import build_train_transform, build_val_transform
+from vramkit.tasks.text_detection.device_inputs import to_model_inputs
+from vramkit.tasks.text_detection.icdar_folder import TextDetectionDataset, collate_text_detection
+from vramkit.tasks.text_detection.synthetic_text import (
+    SyntheticTextConfig,
+    ensure_synthetic_dataset,
+)
+from vramkit.tasks.text_detection.targets import make_targets
+
+log = logging.getLogger(__name__)
+
+# Network strides: DBNet's feature pyramid needs sides divisible by 32.
+SIDE_MULTIPLE = 32
+
+
+def _keyword_options(function: Any, *, exclude: tuple[str, ...] = ()) -> set[str]:
+    return {
+        name
+        for name, parameter in inspect.signature(function).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in exclude
+    }
+
+
+def _plain(value: Any) -> Any:
+    """Hydra containers → plain dicts and tuples (the dataclasses and pickling want those)."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        value = OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return tuple(_plain(item) for item in value)
+    return value
+
+
+def _options(value: Any, key: str, known: set[str], owner: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    value = _plain(value)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{key} must be a mapping of {owner} options, got {value!r}")
+    for name in value:
+        if name not in known:
+            raise ValueError(
+                f"{key}.{name} is not an option of {owner} (known: {', '.join(sorted(known))})"
+            )
+    return dict(value)
+
+
+def _positive_int(value: Any, key: str, *, multiple_of: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{key} must be a positive integer, got {value!r}")
+    if value % multiple_of:
+        raise ValueError(f"{key} must be a multiple of {multiple_of} px, got {value}")
+    return value
+
+
+def _flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _validation_cache(value: Any) -> ValidationCache | None:
+    """``data.val_cache`` ({enabled, dir, max_gib}) → a cache, or None when it is off."""
+    if value is None:
+        return None
+    value = _plain(value)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"data.val_cache must be a mapping (enabled, dir, max_gib), got {value!r}")
+    for name in value:
+        if name not in ("enabled", "dir", "max_gib"):
+            raise ValueError(
+                f"data.val_cache.{name} is not an option (known: dir, enabled, max_gib)"
+            )
+    if not _flag(value.get("enabled", True), "data.val_cache.enabled"):
+        return None
+    directory = value.get("dir")
+    if not isinstance(directory, (str, Path)) or not str(directory):
+        raise ValueError(f"data.val_cache.dir must be a folder path, got {directory!r}")
+    max_gib = value.get("max_gib", DEFAULT_MAX_GIB)
+    try:
+        return ValidationCache.with_max_gib(directory, max_gib)
+    except ValueError as error:
+        raise ValueError(f"data.val_cache.{error}") from None
+
+
+def _existing_dir(value: Any, key: str) -> Path:
+    if not isinstance(value, (str, Path)) or not str(value):
+        raise ValueError(f"{key} must be a folder path, got {value!r}")
+    path = Path(value)
+    if not path.is_dir():
+        raise ValueError(f"{key} does not exist or is not a folder: {path}")
+    return path
+
+
+class TextDetectionDataModule(L.LightningDataModule):
+    """Training and validation loaders for DBNet.
+
+    Either ``synthetic`` (fields of :class:`SyntheticTextConfig`; the dataset is rendered once
+    under ``data_root``) or both ``train_dir`` and ``val_dir`` (ICDAR 2015 layout) give the data.
+    Training images are augmented and cropped to ``image_size`` px; validation images are resized
+    to ``val_image_size`` px and keep their original annotations for the ICDAR evaluation.
+    ``augment`` holds options of :func:`build_train_transform`, ``targets`` options of
+    :func:`make_targets`. A batch whose images were all unreadable holds only ``skipped``.
+
+    ``val_cache`` ({enabled, dir, max_gib}) keeps the validation inputs and targets on disk
+    (:mod:`vramkit.core.io.disk_cache`), so each is computed once across epochs and runs;
+    training samples are always computed afresh in the workers. ``prefetch_factor`` is the
+    number of batches each worker prepares ahead (None: PyTorch's default, 2).
+    """
+
+    def __init__(
+        self,
+        *,
+        train_dir: str | None = None,
+        val_dir: str | None = None,
+        synthetic: Mapping[str, Any] | None = None,
+        data_root: str = "data",
+        image_size: int = 640,
+        val_image_size: int = 640,
+        batch_size: int = 8,
+        val_batch_size: int = 8,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        persistent_workers: bool = True,
+        prefetch_factor: int | None = None,
+        strict: bool = False,
+        augment: Mapping[str, Any] | None = None,
+        targets: Mapping[str, Any] | None = None,
+        val_cache: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.image_size = _positive_int(image_size, "data.image_size", multiple_of=SIDE_MULTIPLE)
+        self.val_image_size = _positive_int(
+            val_image_size, "data.val_image_size", multiple_of=SIDE_MULTIPLE
+        )
+        self.batch_size = _positive_int(batch_size, "data.batch_size")
+        self.val_batch_size = _positive_int(val_batch_size, "data.val_batch_size")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"data.num_workers must be an integer >= 0, got {num_workers!r}")
+        self.num_workers = num_workers
+        self.pin_memory = _flag(pin_memory, "data.pin_memory")
+        self.persistent_workers = _flag(persistent_workers, "data.persistent_workers")
+        self.prefetch_factor = (
+            None
+            if prefetch_factor is None
+            else _positive_int(prefetch_factor, "data.prefetch_factor")
+        )
+        self.strict = _flag(strict, "data.strict")
+        self.data_root = Path(data_root)
+
+        self.synthetic: SyntheticTextConfig | None = None
+        self.train_dir: Path | None = None
+        self.val_dir: Path | None = None
+        if synthetic is not None:
+            for key, value in (("data.train_dir", train_dir), ("data.val_dir", val_dir)):
+                if value is not None:
+                    raise ValueError(
+                        f"{key} must be null when data.synthetic is set, got {value!r}"
+                    )
+            values = _plain(synthetic)
+            if not isinstance(values, Mapping):
+                raise ValueError(f"data.synthetic must be a mapping, got {values!r}")
+            self.synthetic = SyntheticTextConfig.from_mapping(values, key_prefix="data.synthetic")
+        else:
+            self.train_dir = _existing_dir(train_dir, "data.train_dir")
+            self.val_dir = _existing_dir(val_dir, "data.val_dir")
+
+        augment_options = _options(
+            augment,
+            "data.augment",
+            _keyword_options(build_train_transform),
+            "build_train_transform",
+        )
+        self.target_params = _options(
+            targets, "data.targets", _keyword_options(make_targets), "make_targets"
+        )
+        try:
+            self.train_transform = build_train_transform(self.image_size, **augment_options)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"data.augment: {error}") from None
+        self.val_transform = build_val_transform(self.val_image_size)
+        self.val_cache = _validation_cache(val_cache)
+        self.train_dataset: TextDetectionDataset | None = None
+        self.val_dataset: TextDetectionDataset | None = None
+
+    def prepare_data(self) -> None:
+        """Render the synthetic dataset if it is configured and not on disk yet."""
+        if self.synthetic is not None:
+            self._resolve_synthetic_dirs()
+
+    def _resolve_synthetic_dirs(self) -> None:
+        if self.train_dir is None or self.val_dir is None:
+            assert self.synthetic is not None
+            dataset_dir = ensure_synthetic_dataset(self.data_root, self.synthetic)
+            self.train_dir = dataset_dir / "train"
+            self.val_dir = dataset_dir / "val"
+
+    def setup(self, stage: str | None = None) -> None:
+        """Index the splits (parse every annotation file once); later calls reuse them."""
+        if self.synthetic is not None:
+            # Also on ranks and in processes where prepare_data did not run; cheap when done.
+            self._resolve_synthetic_dirs()
+        if self.train_dataset is None and stage in (None, "fit"):
+            self.train_dataset = TextDetectionDataset(
+                self.train_dir,
+                self.train_transform,
+                strict=self.strict,
+                target_params=self.target_params,
+                keep_annotations=False,
+            )
+        if self.val_dataset is None:
+            self.val_dataset = TextDetectionDataset(
+                self.val_dir,
+                self.val_transform,
+                strict=self.strict,
+                target_params=self.target_params,
+                keep_annotations=True,
+                cache=self.val_cache,
+                # what the validation transform depends on (build_val_transform)
+                cache_params={"resize_px": self.val_image_size},
+            )
+
+    def _loader(self, dataset: TextDetectionDataset, batch_size: int, *, train: bool) -> DataLoader:
+        if self.num_workers > 0:
+            # Loader workers are forked from this process. A worker that inherits OpenCV's
+            # thread pool (started here by in-process rendering or post-processing) deadlocks
+            # as soon as it resizes or stops that pool, so the pool is stopped here, before any
+            # fork: workers then run OpenCV on one thread each, as they should beside each other.
+            cv2.setNumThreads(1)
+        workers = self.num_workers > 0
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=train,
+            # A short last batch makes noisy BatchNorm statistics; kept when it is the only one.
+            drop_last=train and len(dataset) >= batch_size,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.persistent_workers and workers,
+            prefetch_factor=self.prefetch_factor if workers else None,
+            collate_fn=collate_text_detection,
+            worker_init_fn=init_loader_worker if workers else None,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        if self.train_dataset is None:
+            raise RuntimeError("call setup('fit') before train_dataloader()")
+        return self._loader(self.train_dataset, self.batch_size, train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        if self.val_dataset is None:
+            raise RuntimeError("call setup() before val_dataloader()")
+        return self._loader(self.val_dataset, self.val_batch_size, train=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The validation split, in order: what ``eval.py`` writes submission files for."""
+        return self.val_dataloader()
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Float model inputs from the compact uint8 batch, made on the device.
+
+        Lightning casts inputs for `*-true` precisions before the transfer, when the image is
+        still uint8; the same cast is applied here to what the conversion made.
+        """
+        batch = to_model_inputs(batch)
+        if self.trainer is not None:
+            batch = self.trainer.precision_plugin.convert_input(batch)
+        return batch
+
+    def teardown(self, stage: str) -> None:
+        """Log the validation cache's storage report at the end of a run."""
+        if self.val_cache is not None and self.val_dataset is not None:
+            log.info("validation cache: %s", self.val_cache.report().describe())
+
+    def data_problems(self) -> dict[str, int]:
+        """Input problems found while indexing, by ``<split>/<kind>`` (bad_lines, missing_gt…)."""
+        problems = {}
+        for split, dataset in (("train", self.train_dataset), ("val", self.val_dataset)):
+            if dataset is not None:
+                for kind, count in dataset.problems().items():
+                    problems[f"{split}/{kind}"] = count
+        return problems

@@ -1,0 +1,389 @@
+"""A synthetic scene-text detection dataset, written once to disk in ICDAR 2015 format.
+
+Layout::
+
+    <root>/synthetic_text-<hash>/
+        manifest.json                      params, counts, hash, creation time, speed
+        train/images/img_00001.jpg  train/gt/gt_img_00001.txt  ...
+        val/images/...              val/gt/...
+
+``<hash>`` is a short hash of the parameters (and of the generator version), so changing any
+parameter writes a new folder and an unchanged one is reused. Each image's random generator is
+seeded from (seed, split, index): the same parameters give byte-identical ground-truth files.
+Generation happens in a hidden temporary folder that is renamed into place only when complete,
+so an interrupted run never leaves a folder that looks finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from vramkit.tasks.text_detection.icdar_format import DONT_CARE, write_ground_truth
+from vramkit.tasks.text_detection.text_renderer import TextRenderer
+
+log = logging.getLogger(__name__)
+
+DATASET_NAME = "synthetic_text"
+# Bump when the renderer's output changes, so datasets written by older code are not reused.
+GENERATOR_VERSION = 2
+SPLITS = ("train", "val")
+MANIFEST = "manifest.json"
+_TEMPORARY_MARK = ".tmp-"
+CHUNK_SIZE = 32  # images per task of a generation process
+MAX_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class SyntheticTextConfig:
+    """Parameters of the synthetic dataset; every field is part of the dataset's hash."""
+
+    seed: int = 0
+    num_train: int = 1500
+    num_val: int = 100
+    image_size: int = 320  # px, square images
+    words_per_image: tuple[int, int] = (3, 10)  # inclusive range
+    font_size: tuple[int, int] = (16, 48)  # px (em size), inclusive range
+    max_rotation_deg: float = 15.0  # most angles are near 0 (triangular distribution)
+    perspective: float = 0.1  # corner jitter as a fraction of the text height
+    line_probability: float = 0.4  # chance that a text unit is a line of 2-4 words
+    dont_care_probability: float = 0.2  # chance that an image also holds 1-3 ``###`` words
+    min_word_height: int = 10  # px; a word rendered shorter than this is marked ``###``
+    max_clutter_shapes: int = 6  # lines, boxes, ellipses, scribbles (not text) per image
+    jpeg_quality: int = 92
+
+    def __post_init__(self) -> None:
+        for name in ("words_per_image", "font_size"):
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)):
+                # Hydra hands lists over; the dataclass is frozen and hashable only with tuples.
+                object.__setattr__(self, name, tuple(value))
+        _check_int(self, "seed", minimum=0)
+        _check_int(self, "num_train", minimum=1)
+        _check_int(self, "num_val", minimum=1)
+        _check_int(self, "image_size", minimum=32)
+        _check_range(self, "words_per_image", minimum=1)
+        _check_range(self, "font_size", minimum=6)
+        for name, low, high in (
+            ("max_rotation_deg", 0.0, 90.0),
+            ("perspective", 0.0, 0.5),
+            ("line_probability", 0.0, 1.0),
+            ("dont_care_probability", 0.0, 1.0),
+        ):
+            _check_float(self, name, low, high)
+            # 20 and 20.0 are the same parameter and must give the same hash.
+            object.__setattr__(self, name, float(getattr(self, name)))
+        _check_int(self, "min_word_height", minimum=1)
+        _check_int(self, "max_clutter_shapes", minimum=0)
+        _check_int(self, "jpeg_quality", minimum=1)
+        if self.jpeg_quality > 100:
+            raise ValueError(f"jpeg_quality must be at most 100, got {self.jpeg_quality}")
+
+    @classmethod
+    def from_mapping(
+        cls, values: Mapping[str, Any], *, key_prefix: str = "synthetic"
+    ) -> SyntheticTextConfig:
+        """Build from a plain or Hydra mapping; errors name the key as ``<key_prefix>.<field>``."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"{key_prefix}.{unknown[0]} is not a synthetic dataset parameter "
+                f"(known: {', '.join(sorted(known))})"
+            )
+        try:
+            return cls(**dict(values))
+        except ValueError as error:
+            raise ValueError(f"{key_prefix}.{error}") from None
+
+    def params(self) -> dict[str, Any]:
+        """The parameters as JSON-ready values."""
+        return {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in dataclasses.asdict(self).items()
+        }
+
+    def params_hash(self) -> str:
+        """Short (12 hex digits) hash of the parameters and the generator version."""
+        payload = json.dumps(
+            {"params": self.params(), "generator_version": GENERATOR_VERSION}, sort_keys=True
+        )
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:12]
+
+    def count(self, split: str) -> int:
+        """Number of images in ``split`` ("train" or "val")."""
+        return {"train": self.num_train, "val": self.num_val}[split]
+
+
+def _check_int(config: SyntheticTextConfig, name: str, *, minimum: int) -> None:
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_float(config: SyntheticTextConfig, name: str, low: float, high: float) -> None:
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")
+
+
+def _check_range(config: SyntheticTextConfig, name: str, *, minimum: int) -> None:
+    value = getattr(config, name)
+    valid = (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        and minimum <= value[0] <= value[1]
+    )
+    if not valid:
+        raise ValueError(
+            f"{name} must be a pair [low, high] of integers with {minimum} <= low <= high, "
+            f"got {value!r}"
+        )
+
+
+def synthetic_dataset_dir(root: Path, config: SyntheticTextConfig) -> Path:
+    """Where the dataset for ``config`` lives under ``root`` (it may not exist yet)."""
+    return Path(root) / f"{DATASET_NAME}-{config.params_hash()}"
+
+
+def image_name(index: int) -> str:
+    """ICDAR-style name of the ``index``-th image (0-based), zero-padded so names sort in order."""
+    return f"img_{index + 1:05d}"
+
+
+def image_rng(seed: int, split: str, index: int) -> np.random.Generator:
+    """The generator of one image: a function of (seed, split, index) only."""
+    return np.random.default_rng([seed, SPLITS.index(split), index])
+
+
+def read_manifest(dataset_dir: Path) -> dict[str, Any] | None:
+    """The manifest of a dataset folder, or None if it is missing or unreadable."""
+    try:
+        return json.loads((Path(dataset_dir) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_complete(dataset_dir: Path, config: SyntheticTextConfig) -> bool:
+    """True when the folder holds a finished dataset for exactly these parameters."""
+    manifest = read_manifest(dataset_dir)
+    if manifest is None or manifest.get("hash") != config.params_hash():
+        return False
+    for split in SPLITS:
+        images = Path(dataset_dir) / split / "images"
+        gts = Path(dataset_dir) / split / "gt"
+        if not images.is_dir() or not gts.is_dir():
+            return False
+        expected = config.count(split)
+        if (
+            sum(1 for _ in images.iterdir()) != expected
+            or sum(1 for _ in gts.iterdir()) != expected
+        ):
+            return False
+    return True
+
+
+def _pid_is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_abandoned_temporaries(root: Path, dataset_name: str) -> None:
+    """Delete temporary folders left by killed generations on this host.
+
+    A folder from another host, or from a process that still runs here, may be a generation in
+    progress and is left alone.
+    """
+    host = socket.gethostname()
+    prefix = f".{dataset_name}{_TEMPORARY_MARK}{host}-"
+    for candidate in root.glob(f".{dataset_name}{_TEMPORARY_MARK}*"):
+        if not candidate.name.startswith(prefix):
+            continue
+        pid_text = candidate.name[len(prefix) :]
+        if pid_text.isdigit() and not _pid_is_alive(int(pid_text)):
+            log.info("removing the abandoned partial dataset %s", candidate)
+            shutil.rmtree(candidate, ignore_errors=True)
+
+
+def write_images(
+    renderer: TextRenderer,
+    config: SyntheticTextConfig,
+    split: str,
+    indices: range,
+    split_dir: Path,
+) -> dict[str, int]:
+    """Render and write images ``indices`` of ``split`` into ``split_dir``/{images,gt}.
+
+    Returns counts of care words and ``###`` words written.
+    """
+    images_dir = split_dir / "images"
+    gt_dir = split_dir / "gt"
+    images_dir.mkdir(parents=True, exist_ok=True)
+    gt_dir.mkdir(parents=True, exist_ok=True)
+    words = dont_care = 0
+    for index in indices:
+        name = image_name(index)
+        scene = renderer.render(image_rng(config.seed, split, index), config)
+        path = images_dir / f"{name}.jpg"
+        encoded = cv2.imwrite(
+            str(path),
+            cv2.cvtColor(scene.image, cv2.COLOR_RGB2BGR),
+            [cv2.IMWRITE_JPEG_QUALITY, config.jpeg_quality],
+        )
+        if not encoded:
+            raise OSError(f"could not write {path}")
+        write_ground_truth(gt_dir / f"gt_{name}.txt", scene.polygons, scene.texts)
+        ignored = sum(text == DONT_CARE for text in scene.texts)
+        dont_care += ignored
+        words += len(scene.texts) - ignored
+    return {"words": words, "dont_care": dont_care}
+
+
+_worker_renderer: TextRenderer | None = None
+
+
+def _start_worker() -> None:
+    global _worker_renderer
+    _worker_renderer = TextRenderer()
+
+
+def _write_chunk(
+    config: SyntheticTextConfig, split: str, indices: range, split_dir: Path
+) -> tuple[str, dict[str, int]]:
+    assert _worker_renderer is not None, "the pool initializer builds the renderer"
+    return split, write_images(_worker_renderer, config, split, indices, split_dir)
+
+
+def _default_workers(total_images: int) -> int:
+    # Below a few chunks, starting processes costs more than it saves.
+    if total_images < 4 * CHUNK_SIZE:
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
+
+
+def _write_splits(config: SyntheticTextConfig, directory: Path, workers: int) -> dict:
+    counts = {
+        split: {"images": config.count(split), "words": 0, "dont_care": 0} for split in SPLITS
+    }
+    if workers == 1:
+        renderer = TextRenderer()
+        for split in SPLITS:
+            written = write_images(
+                renderer, config, split, range(config.count(split)), directory / split
+            )
+            for key, value in written.items():
+                counts[split][key] += value
+        return counts
+    # The platform's default start method, as torch's DataLoader uses: the workers touch neither
+    # torch nor the caller's threads, only numpy, Pillow and OpenCV. A forked worker that
+    # inherits a running OpenCV thread pool can deadlock in it, so the pool is stopped before
+    # forking (each worker renders on one thread anyway) and restored afterwards.
+    opencv_threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        return _write_chunks_in_pool(config, directory, workers, counts)
+    finally:
+        cv2.setNumThreads(opencv_threads)
+
+
+def _write_chunks_in_pool(
+    config: SyntheticTextConfig, directory: Path, workers: int, counts: dict
+) -> dict:
+    with ProcessPoolExecutor(workers, initializer=_start_worker) as pool:
+        futures = [
+            pool.submit(
+                _write_chunk,
+                config,
+                split,
+                range(start, min(start + CHUNK_SIZE, total)),
+                directory / split,
+            )
+            for split in SPLITS
+            for total in [config.count(split)]
+            for start in range(0, total, CHUNK_SIZE)
+        ]
+        for future in futures:
+            split, written = future.result()
+            for key, value in written.items():
+                counts[split][key] += value
+    return counts
+
+
+def ensure_synthetic_dataset(
+    root: Path, config: SyntheticTextConfig, *, workers: int | None = None
+) -> Path:
+    """Return the dataset folder for ``config`` under ``root``, generating it if needed.
+
+    An existing complete dataset with the same parameters is reused untouched. Otherwise the
+    images are rendered (by ``workers`` processes; default: the available cores, one process for
+    small sets) into a hidden temporary folder that is renamed into place at the end; if another
+    process finishes the same dataset first, its result is used. The output does not depend on
+    ``workers``.
+    """
+    root = Path(root)
+    final = synthetic_dataset_dir(root, config)
+    if is_complete(final, config):
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned_temporaries(root, final.name)
+    temporary = root / f".{final.name}{_TEMPORARY_MARK}{socket.gethostname()}-{os.getpid()}"
+    shutil.rmtree(temporary, ignore_errors=True)
+    total = config.num_train + config.num_val
+    workers = _default_workers(total) if workers is None else workers
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    log.info("generating %d synthetic text images into %s (%d processes)", total, final, workers)
+    try:
+        started = time.perf_counter()
+        counts = _write_splits(config, temporary, workers)
+        seconds = time.perf_counter() - started
+        manifest = {
+            "name": DATASET_NAME,
+            "hash": config.params_hash(),
+            "generator_version": GENERATOR_VERSION,
+            "params": config.params(),
+            "counts": counts,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "generation_seconds": round(seconds, 3),
+            "generation_processes": workers,
+            "images_per_s": round(total / seconds, 2),
+        }
+        (temporary / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        _move_into_place(temporary, final, config)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    log.info("synthetic text dataset ready: %s (%.1f images/s)", final, total / seconds)
+    return final
+
+
+def _move_into_place(temporary: Path, final: Path, config: SyntheticTextConfig) -> None:
+    if final.exists() and not is_complete(final, config):
+        # An incomplete folder under the final name (copied by hand, files deleted): replace it.
+        shutil.rmtree(final)
+    try:
+        temporary.rename(final)
+    except OSError:
+        # Another process renamed its copy first; that one is as good as ours.
+        if not is_complete(final, config):
+            raise
