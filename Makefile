@@ -33,9 +33,10 @@ test-fast: install  ## the suite without the end-to-end runs
 bench: install  ## speed benchmarks; JSON results in benchmarks/results/ (under 10 minutes on 2 cores)
 	$(PY) -m benchmarks.run_all
 
-lint: install
+lint: install  ## ruff, formatting, and the import contracts (core imports no task; no cycles)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports
 
 format: install
 	$(PY) -m ruff format .

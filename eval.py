@@ -1,14 +1,12 @@
 """Evaluate a checkpoint: ``python eval.py ckpt_path=<run>/checkpoints/last.ckpt [+hw=t4]``."""
 
-import os
-from pathlib import Path
-
 import hydra
 from omegaconf import DictConfig
 
 from vramkit.core.run.evaluate import evaluate
+from vramkit.core.run.resolvers import register_resolvers
 
-os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+register_resolvers()  # before Hydra composes: the config reads the settled profile through them
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")

@@ -38,7 +38,7 @@ from omegaconf import OmegaConf
 
 from benchmarks.configs import compose_run_config, quiet_libraries
 from benchmarks.record import RESULTS_DIR, TOY_ICDAR_DIR, write_result
-from vramkit.core.run.instantiate import instantiate
+from vramkit.core.config.instantiate import instantiate
 from vramkit.tasks.text_detection.icdar_folder import DataWarning
 
 CROP_SIDE = 640  # px

@@ -38,7 +38,7 @@ from omegaconf import DictConfig
 
 from benchmarks.configs import compose_run_config, quiet_libraries
 from benchmarks.record import RESULTS_DIR, write_result
-from vramkit.core.run.instantiate import instantiate, instantiate_group
+from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.tasks.text_detection.device_inputs import to_model_inputs
 
 TARGET_OVERHEAD_PCT = 5.0

@@ -19,7 +19,6 @@ import argparse
 import copy
 import dataclasses
 import gc
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -30,11 +29,12 @@ import torch
 from omegaconf import OmegaConf, open_dict
 
 from benchmarks.record import REPO_ROOT, write_result
+from vramkit.core.config.instantiate import instantiate
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner import plan_task
-from vramkit.core.planner.config import compose_train_config, target_profile
 from vramkit.core.planner.cuda_rules import GIB
-from vramkit.core.run.instantiate import instantiate
+from vramkit.core.run.compose import CONF_DIR, compose_config
+from vramkit.core.run.resolve_hardware import requested_profile
 
 NAME = "planner_accuracy"
 TARGET_ERROR_PCT = 10.0
@@ -112,10 +112,8 @@ def _row(batch_size: int, phase: str, predicted: int, measured: int, peak_at: st
 
 def run(batch_sizes: Sequence[int], overrides: Sequence[str]) -> dict[str, Any]:
     """Predict and measure every batch size; the comparison as JSON-ready numbers."""
-    os.environ.setdefault("PROJECT_ROOT", str(REPO_ROOT))
-    conf_dir = REPO_ROOT / "conf"
-    cfg = compose_train_config([*SMALL_DATA, *overrides], conf_dir)
-    profile = dataclasses.replace(target_profile(cfg, conf_dir), compile=False)
+    cfg = compose_config("train", [*SMALL_DATA, *overrides])
+    profile = dataclasses.replace(requested_profile(cfg, conf_dir=CONF_DIR).profile, compile=False)
     rows = []
     for batch_size in batch_sizes:
         plan = plan_task(

@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 
 from benchmarks.configs import compose_run_config, quiet_libraries
 from benchmarks.record import RESULTS_DIR, write_result
-from vramkit.core.run.instantiate import instantiate
+from vramkit.core.config.instantiate import instantiate
 from vramkit.core.run.train import train
 from vramkit.tasks.text_detection.icdar_folder import DataWarning
 

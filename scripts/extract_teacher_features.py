@@ -8,15 +8,13 @@ the student's datamodule looks for it (``data.feature_cache``). The teacher is
 given by ``teacher.net._target_``. Does nothing when a complete, matching cache exists.
 """
 
-import os
-from pathlib import Path
-
 import hydra
 from omegaconf import DictConfig
 
+from vramkit.core.run.resolvers import register_resolvers
 from vramkit.tasks.sage.feature_extraction import run_extraction
 
-os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[1]))
+register_resolvers()  # before Hydra composes, as in train.py
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")

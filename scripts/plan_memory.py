@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from pathlib import Path
 
 from hydra.errors import HydraException
 from omegaconf import DictConfig
@@ -23,9 +21,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vramkit.core.hardware.profile import AUTO, HardwareProfile, ProfileError
 from vramkit.core.planner import PlanningError, plan_json, plan_table, plan_task
-from vramkit.core.planner.config import compose_train_config, target_profile
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from vramkit.core.planner.task_defaults import task_batch_default
+from vramkit.core.run.compose import CONF_DIR, compose_config
+from vramkit.core.run.resolve_hardware import requested_profile
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -45,23 +43,21 @@ def _requested(value: int | str, cfg: DictConfig, profile: HardwareProfile, key:
         return int(value)
     if profile.budget_gib is not None:
         return None  # searched
-    defaults = cfg.get("batch_size_defaults") or {}
-    if defaults.get(key) is None:
+    default = task_batch_default(cfg, key)
+    if default is None:
         raise ProfileError(
             f"profile {profile.name} has no memory budget to search batch sizes and the task "
             f"has no batch_size_defaults.{key}"
         )
-    return int(defaults[key])
+    return default
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print the plan; exit status 0 when it fits (or there is no budget), 1 when it does not."""
     args, overrides = parse_args(argv)
-    os.environ.setdefault("PROJECT_ROOT", str(REPO_ROOT))  # as train.py: paths.root_dir reads it
-    conf_dir = REPO_ROOT / "conf"
     try:
-        cfg = compose_train_config(overrides, conf_dir)
-        profile = target_profile(cfg, conf_dir)
+        cfg = compose_config("train", overrides)
+        profile = requested_profile(cfg, conf_dir=CONF_DIR).profile
         plan = plan_task(
             cfg,
             profile,

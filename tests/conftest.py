@@ -8,16 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONF_DIR = REPO_ROOT / "conf"
-TOY_ICDAR_DIR = REPO_ROOT / "tests" / "data" / "icdar2015_toy"
+from vramkit.core.run import compose
 
-os.environ.setdefault("PROJECT_ROOT", str(REPO_ROOT))
+TOY_ICDAR_DIR = Path(__file__).resolve().parent / "data" / "icdar2015_toy"
+
 os.environ.setdefault("WANDB_SILENT", "true")
 # Two cores, possibly two pytest workers: one intra-op thread each avoids oversubscription.
 torch.set_num_threads(1)
@@ -45,17 +41,11 @@ def compose_config(tmp_path: Path, shared_data_dir: Path) -> Iterator[Callable[.
     """
 
     def _compose(*overrides: str, config_name: str = "train") -> DictConfig:
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name, overrides=list(overrides), return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
+        cfg = compose.compose_config(config_name, overrides, output_dir=tmp_path / "run")
         with open_dict(cfg):
-            cfg.paths.output_dir = str(tmp_path / "run")
             cfg.paths.log_dir = str(tmp_path / "logs")
             cfg.paths.data_dir = str(shared_data_dir)
-            del cfg.hydra
         return cfg
 
     yield _compose
-    GlobalHydra.instance().clear()
-    HydraConfig.instance().cfg = None  # later tests must not see this run's Hydra settings
+    compose.forget_composition()  # later tests must not see this run's Hydra settings

@@ -13,7 +13,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from vramkit.core.hardware.detect import DeviceInfo
-from vramkit.core.hardware.resolve import resolve_hardware
+from vramkit.core.run.resolve_hardware import resolve_hardware
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted(p.stem for p in (REPO_ROOT / "conf" / "hw").glob("*.yaml"))

@@ -18,14 +18,12 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 from torch import nn
 
-from vramkit.core.hardware.resolve import resolve_hardware
-from vramkit.core.run.instantiate import instantiate
+from vramkit.core.config.instantiate import instantiate
+from vramkit.core.run.compose import compose_config, forget_composition
+from vramkit.core.run.resolve_hardware import resolve_hardware
 from vramkit.core.run.train import train
 from vramkit.tasks.sage.arc_examples import INPUT_KEYS
 from vramkit.tasks.sage.distill_module import REPORT_NAME
@@ -52,15 +50,10 @@ STUDENT = ("task=sage_distill", *TINY, "teacher.views=2", "model.report.repeats=
 
 def _compose(run_dir: Path, data_dir: Path, log_dir: Path, *overrides: str) -> DictConfig:
     """Compose like ``python train.py <overrides>``, with this module's folders."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
+    cfg = compose_config("train", overrides, output_dir=run_dir)
     with open_dict(cfg):
-        cfg.paths.output_dir = str(run_dir)
         cfg.paths.log_dir = str(log_dir)
         cfg.paths.data_dir = str(data_dir)
-        del cfg.hydra
     return cfg
 
 
@@ -96,8 +89,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory, shared_data_dir: Path):
         )
         cache_dir = run_extraction(extract_cfg)
     finally:
-        GlobalHydra.instance().clear()
-        HydraConfig.instance().cfg = None
+        forget_composition()
     return Chain(checkpoint, teacher_run, cache_dir, root)
 
 

@@ -238,6 +238,43 @@ def test_validation_oom_runs_the_batch_in_halves_with_the_same_metrics():
 def test_fault_switch_refuses_unknown_keys_and_bad_values():
     with pytest.raises(ValueError, match="oom_trian_above"):
         OOMFaultInjection.from_config({"oom_trian_above": 2})
-    with pytest.raises(ValueError, match=r"fault\.oom_val_above must be >= 1"):
+    with pytest.raises(ValueError, match=r"fault\.oom_val_above: must be ≥ 1 or null, got 0"):
         OOMFaultInjection.from_config({"oom_val_above": 0})
     assert not OOMFaultInjection.from_config(None).active
+
+
+class MaskedRegressor(TinyRegressor):
+    """A loss adding a mean over the valid targets (a mask) to a mean over samples: a split
+    must weight each term by the micro-batch's share of its own units."""
+
+    def __init__(self, with_terms: bool = True) -> None:
+        super().__init__()
+        self.with_terms = with_terms
+
+    def training_step(self, batch: dict, batch_idx: int) -> dict:
+        prediction = self(batch["x"])
+        # valid: 2 of the first batch's 8 samples, as 0, 0, 1, 1 in micro-batches of 2
+        valid = batch["x"][:, 0] > 0.5
+        masked = ((prediction - batch["y"]) ** 2 * valid).sum() / valid.sum().clamp(min=1)
+        per_sample = 0.1 * prediction.abs().mean()
+        terms = {"valid": masked, "samples": per_sample}
+        output = {"loss": masked + per_sample}
+        return {**output, "loss_terms": terms} if self.with_terms else output
+
+    def micro_batch_weight(self, batch: dict) -> dict[str, torch.Tensor]:
+        return {"valid": (batch["x"][:, 0] > 0.5).sum(), "samples": torch.tensor(len(batch["x"]))}
+
+
+def test_a_loss_of_means_over_different_units_is_split_term_by_term(tmp_path):
+    reference = MaskedRegressor()
+    _fit(tmp_path, reference)
+    recovered = MaskedRegressor()
+    _fit(tmp_path, recovered, fault=OOMFaultInjection(oom_train_above=2))
+    assert recovered.oom_state.train_micro_batch == 2
+    assert _moved(reference)
+    _assert_same_weights(recovered, reference)
+
+
+def test_per_unit_weights_without_the_terms_are_an_error(tmp_path):
+    with pytest.raises(ValueError, match="must return them as"):
+        _fit(tmp_path, MaskedRegressor(with_terms=False), fault=OOMFaultInjection(2))

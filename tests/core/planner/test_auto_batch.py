@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,8 @@ from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
-from vramkit.core.hardware.resolve import resolve_hardware
 from vramkit.core.planner import TRAIN, VAL, plan_task, resolve_auto_batch_sizes
+from vramkit.core.run.resolve_hardware import resolve_hardware
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 T4 = DeviceInfo("cuda", "Tesla T4", 14.57, (7, 5), count=1, cpu_count=2)
@@ -23,6 +24,12 @@ SMALL_T4_GIB = 1.0  # a T4 profile shrunk so a tiny model's batch sizes meet the
 def t4_values(**changes) -> dict:
     values = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hw" / "t4.yaml"))
     return {**values, **changes}
+
+
+@pytest.fixture(autouse=True)
+def hw_lines(caplog: pytest.LogCaptureFixture) -> None:
+    """The `hw:` decision lines are INFO records of vramkit's loggers."""
+    caplog.set_level(logging.INFO, logger="vramkit")
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +59,7 @@ def test_auto_sizes_are_the_largest_under_the_budget(small_t4_plan):
     assert plan.val.batch_size > plan.train.batch_size
 
 
-def test_a_micro_batch_with_accumulation_keeps_the_effective_batch(small_t4_plan, capsys):
+def test_a_micro_batch_with_accumulation_keeps_the_effective_batch(small_t4_plan, caplog):
     cfg, profile, plan = small_t4_plan
     train, val, accumulate, lines = resolve_auto_batch_sizes(cfg, profile)
     assert train <= plan.train.batch_size
@@ -63,11 +70,11 @@ def test_a_micro_batch_with_accumulation_keeps_the_effective_batch(small_t4_plan
     assert plan.planner.measure(TRAIN, train, accumulating).peak <= plan.budget_bytes
 
 
-def test_resolve_hardware_hands_the_planned_sizes_to_the_trainer_and_data(capsys):
+def test_resolve_hardware_hands_the_planned_sizes_to_the_trainer_and_data(caplog):
     cfg = task_config(CONV_MODEL, IMAGE_DATA, t4_values(memory_gib=SMALL_T4_GIB), (16, 16))
     cfg.trainer.accumulate_grad_batches = "${hw.accumulate_grad_batches}"
     profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
-    out = capsys.readouterr().out
+    out = caplog.text
     assert "memory planner (t4, 16-mixed" in out
     assert isinstance(profile.batch_size, int) and profile.batch_size > 16
     assert cfg.data.batch_size == profile.batch_size  # what the datamodule and Trainer receive
@@ -75,9 +82,9 @@ def test_resolve_hardware_hands_the_planned_sizes_to_the_trainer_and_data(capsys
     assert cfg.trainer.accumulate_grad_batches == 1
 
 
-def test_on_a_cpu_auto_keeps_the_task_defaults(capsys):
+def test_on_a_cpu_auto_keeps_the_task_defaults(caplog):
     cfg = task_config(CONV_MODEL, IMAGE_DATA, {}, (12, 20))
     del cfg["hw"]
     profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=CPU)
     assert (profile.batch_size, profile.val_batch_size) == (12, 20)
-    assert "memory planner" not in capsys.readouterr().out
+    assert "memory planner" not in caplog.text

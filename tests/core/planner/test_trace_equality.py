@@ -9,6 +9,7 @@ import torch
 from omegaconf import OmegaConf
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from vramkit.core.config.instantiate import instantiate
 from vramkit.core.planner.batches import grow_batch
 from vramkit.core.planner.cuda_rules import round_allocation
 from vramkit.core.planner.fake_trace import (
@@ -20,7 +21,6 @@ from vramkit.core.planner.fake_trace import (
 from vramkit.core.planner.recorder import StorageRecorder
 from vramkit.core.planner.run_setup import RunSetup
 from vramkit.core.planner.subject import build_module, build_optimizer
-from vramkit.core.run.instantiate import instantiate
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 CPU_SETUP = RunSetup(precision="32-true", device=None)

@@ -169,10 +169,14 @@ def test_datamodule_cache_settings(toy_copy: Path, tmp_path: Path) -> None:
     off = _module(tmp_path, toy_copy, val_cache={"enabled": False, "dir": "x"})
     assert off.val_cache is None and _module(tmp_path, toy_copy, val_cache=None).val_cache is None
     for setting, message in [
-        ({"enabled": True, "dir": "x", "size": 1}, r"data\.val_cache\.size is not an option"),
-        ({"enabled": "yes", "dir": "x"}, r"data\.val_cache\.enabled must be true or false"),
-        ({"enabled": True, "dir": ""}, r"data\.val_cache\.dir must be a folder path"),
-        ({"enabled": True, "dir": "x", "max_gib": 0}, r"data\.val_cache\.max_gib must be"),
+        (
+            {"enabled": True, "dir": "x", "max_gi": 1},
+            r"data\.val_cache\.max_gi: unknown key; did you mean data\.val_cache\.max_gib\?",
+        ),
+        ({"enabled": "yes", "dir": "x"}, r"data\.val_cache\.enabled: expected bool, got 'yes'"),
+        ({"enabled": True, "dir": ""}, r"data\.val_cache\.dir: expected path or null, got ''"),
+        ({"enabled": True}, r"data\.val_cache\.dir: missing: an enabled cache needs a folder"),
+        ({"dir": "x", "max_gib": 0}, r"data\.val_cache\.max_gib: must be a positive number"),
         ({"enabled": True, "dir": "x", "max_gib": 1}, None),
     ]:
         if message is None:
@@ -180,7 +184,7 @@ def test_datamodule_cache_settings(toy_copy: Path, tmp_path: Path) -> None:
             continue
         with pytest.raises(ValueError, match=message):
             _module(tmp_path, toy_copy, val_cache=setting)
-    with pytest.raises(ValueError, match=r"data\.prefetch_factor must be a positive integer"):
+    with pytest.raises(ValueError, match=r"data\.prefetch_factor: must be a positive int or null"):
         _module(tmp_path, toy_copy, prefetch_factor=0)
     with pytest.raises(ValueError, match="cache_params"):
         TextDetectionDataset(toy_copy, None, cache=ValidationCache(tmp_path, max_bytes=1))

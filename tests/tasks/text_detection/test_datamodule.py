@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
+from vramkit.core.config.schema import ConfigError
 from vramkit.tasks.text_detection import synthetic_text
 from vramkit.tasks.text_detection.datamodule import TextDetectionDataModule
 
@@ -87,30 +90,47 @@ def test_hydra_containers_are_accepted(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"batch_size": 0}, "data.batch_size must be a positive integer, got 0"),
-        ({"val_batch_size": "8"}, "data.val_batch_size must be a positive integer, got '8'"),
-        ({"image_size": 100}, "data.image_size must be a multiple of 32 px, got 100"),
-        ({"val_image_size": -32}, "data.val_image_size must be a positive integer"),
-        ({"num_workers": -1}, "data.num_workers must be an integer >= 0, got -1"),
-        ({"pin_memory": "yes"}, "data.pin_memory must be true or false"),
-        ({"synthetic": {"num_val": 0}}, "data.synthetic.num_val must be an integer >= 1"),
-        ({"synthetic": {"colour": 1}}, "data.synthetic.colour is not a synthetic dataset param"),
+        ({"batch_size": 0}, "data.batch_size: must be a positive int, got 0"),
+        ({"val_batch_size": "8"}, "data.val_batch_size: expected int, got '8' (str)"),
+        ({"image_size": 100}, "data.image_size: must be a positive int, a multiple of 32, got 100"),
+        ({"val_image_size": -32}, "data.val_image_size: must be a positive int, a multiple of 32"),
+        ({"num_workers": -1}, "data.num_workers: must be ≥ 0, got -1"),
+        ({"num_workers": True}, "data.num_workers: expected int, got True (bool)"),
+        ({"pin_memory": "yes"}, "data.pin_memory: expected bool, got 'yes' (str)"),
+        ({"synthetic": {"num_val": 0}}, "data.synthetic.num_val: must be ≥ 1, got 0"),
+        ({"synthetic": {"colour": 1}}, "data.synthetic.colour: unknown key"),
+        (
+            {"synthetic": {"font_sise": [14, 20]}},
+            "data.synthetic.font_sise: unknown key; did you mean data.synthetic.font_size?",
+        ),
         ({"augment": {"flip": True}}, "data.augment.flip is not an option of build_train_tr"),
         ({"augment": {"scale": [2.0, 1.0]}}, "data.augment: scale must be a range"),
         ({"targets": {"shrink": 0.4}}, "data.targets.shrink is not an option of make_targets"),
-        ({"train_dir": "x"}, "data.train_dir must be null when data.synthetic is set"),
-        ({"synthetic": None, "val_dir": "/nonexistent"}, "data.train_dir must be a folder"),
+        ({"train_dir": "x"}, "data.train_dir: must be null when data.synthetic is set"),
+        ({"synthetic": None, "val_dir": "/nonexistent"}, "data.train_dir: missing"),
     ],
 )
 def test_bad_arguments_are_errors_naming_the_key(
     tmp_path: Path, overrides: dict, message: str
 ) -> None:
-    with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         _module(tmp_path, **overrides)
 
 
+def test_every_bad_setting_is_reported_at_once_naming_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # outside a Hydra run
+    with pytest.raises(ConfigError) as caught:
+        _module(tmp_path, batch_size=0, pin_memory="yes", synthetic={"num_val": 0})
+    lines = str(caught.value).splitlines()
+    # Built outside a Hydra run, the config has no file to name.
+    assert lines[0] == "invalid data settings (the data config):"
+    assert caught.value.keys == ("synthetic.num_val", "batch_size", "pin_memory")
+
+
 def test_a_missing_folder_is_named(tmp_path: Path, toy_icdar_dir: Path) -> None:
-    with pytest.raises(ValueError, match=rf"data\.val_dir does not exist.*{tmp_path / 'nope'}"):
+    with pytest.raises(ValueError, match=rf"data\.val_dir: does not exist.*{tmp_path / 'nope'}"):
         _module(
             tmp_path, synthetic=None, train_dir=str(toy_icdar_dir), val_dir=str(tmp_path / "nope")
         )

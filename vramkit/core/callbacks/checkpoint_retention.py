@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from rich.console import Console
 from rich.table import Table
 
+from vramkit.core.config.schema import check_settings
+from vramkit.core.config.source import source_of
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO, atomic_write_bytes, is_partial_write
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,23 @@ PERIODIC_PREFIX = "periodic_epoch_"
 _PERIODIC_NAME = re.compile(rf"^{PERIODIC_PREFIX}(\d+)\.ckpt$")
 _GIB = 2**30
 _MIB = 2**20
+
+
+@dataclass(frozen=True)
+class CheckpointRetentionSettings:
+    """The keys of ``callbacks.checkpoint_retention`` (conf/callbacks/checkpoint_retention.yaml)."""
+
+    every_n_epochs: int = field(default=2, metadata={"ge": 1})
+    """Save ``periodic_epoch_<epoch>.ckpt`` after every n-th training epoch."""
+    keep_last: int = field(default=3, metadata={"ge": 1})
+    """Periodic checkpoints kept (the newest)."""
+    budget_gib: float | None = field(default=5.0, metadata={"ge": 0})
+    """Size limit of the checkpoint folder (GiB); null for none."""
+    dirpath: Path | None = None
+    """The folder it manages; null: the first ModelCheckpoint's dirpath, else
+    ``<default_root_dir>/checkpoints``."""
+    report_path: Path | None = None
+    """Where the JSON storage report is written at the end of the run; null: only logged."""
 
 
 @dataclass(frozen=True)
@@ -77,26 +96,23 @@ class CheckpointRetention(L.Callback):
         dirpath: str | os.PathLike[str] | None = None,
         report_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        _require(
-            isinstance(every_n_epochs, int) and every_n_epochs >= 1,
-            "every_n_epochs",
-            "an integer ≥ 1",
-            every_n_epochs,
+        settings = check_settings(
+            {
+                "every_n_epochs": every_n_epochs,
+                "keep_last": keep_last,
+                "budget_gib": budget_gib,
+                "dirpath": dirpath,
+                "report_path": report_path,
+            },
+            CheckpointRetentionSettings,
+            key_prefix="callbacks.checkpoint_retention.",
+            source=source_of("callbacks", node="checkpoint_retention"),
         )
-        _require(
-            isinstance(keep_last, int) and keep_last >= 1, "keep_last", "an integer ≥ 1", keep_last
-        )
-        _require(
-            budget_gib is None or (isinstance(budget_gib, int | float) and budget_gib >= 0),
-            "budget_gib",
-            "a size in GiB ≥ 0, or null",
-            budget_gib,
-        )
-        self.every_n_epochs = every_n_epochs
-        self.keep_last = keep_last
-        self.budget_gib = None if budget_gib is None else float(budget_gib)
-        self.dirpath = None if dirpath is None else Path(dirpath)
-        self.report_path = None if report_path is None else Path(report_path)
+        self.every_n_epochs = settings.every_n_epochs
+        self.keep_last = settings.keep_last
+        self.budget_gib = settings.budget_gib
+        self.dirpath = settings.dirpath
+        self.report_path = settings.report_path
         self.pruned: list[PrunedFile] = []
         self.removed_partial_writes: list[str] = []
         self._folder: Path | None = None
@@ -248,11 +264,6 @@ class CheckpointRetention(L.Callback):
         log.info("Checkpoint storage\n%s", _render(report))
         if self.report_path is not None:
             atomic_write_bytes(self.report_path, json.dumps(report, indent=2).encode())
-
-
-def _require(condition: bool, key: str, expected: str, value: Any) -> None:
-    if not condition:
-        raise ValueError(f"CheckpointRetention: {key} must be {expected}, got {value!r}")
 
 
 def _model_checkpoints(trainer: L.Trainer) -> list[ModelCheckpoint]:

@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Timer
 
+from vramkit.core.config.schema import check_settings
+from vramkit.core.config.source import source_of
 from vramkit.core.optim.lr_schedules import WarmupPolyLR
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MaxTimeAnnealingSettings:
+    """The keys of ``callbacks.max_time_annealing`` (conf/callbacks/max_time_annealing.yaml)."""
+
+    check_every_n_steps: int = field(default=10, metadata={"ge": 1})
+    """Optimizer steps between checks of the pace (one broadcast each in DDP)."""
+    safety_fraction: float = field(default=0.05, metadata={"ge": 0.0, "lt": 1.0})
+    """Share of the time left kept for the final validation and checkpoint, in [0, 1)."""
+    min_steps: int = field(default=20, metadata={"ge": 1})
+    """Optimizer steps this run takes before its pace is trusted."""
 
 
 class MaxTimeAnnealing(L.Callback):
@@ -32,18 +47,19 @@ class MaxTimeAnnealing(L.Callback):
     def __init__(
         self, check_every_n_steps: int = 10, safety_fraction: float = 0.05, min_steps: int = 20
     ) -> None:
-        for name, value in (("check_every_n_steps", check_every_n_steps), ("min_steps", min_steps)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"max_time_annealing.{name} must be an integer >= 1, got {value!r}"
-                )
-        if not 0.0 <= safety_fraction < 1.0:
-            raise ValueError(
-                f"max_time_annealing.safety_fraction must lie in [0, 1), got {safety_fraction!r}"
-            )
-        self.check_every_n_steps = check_every_n_steps
-        self.safety_fraction = float(safety_fraction)
-        self.min_steps = min_steps
+        settings = check_settings(
+            {
+                "check_every_n_steps": check_every_n_steps,
+                "safety_fraction": safety_fraction,
+                "min_steps": min_steps,
+            },
+            MaxTimeAnnealingSettings,
+            key_prefix="callbacks.max_time_annealing.",
+            source=source_of("callbacks", node="max_time_annealing"),
+        )
+        self.check_every_n_steps = settings.check_every_n_steps
+        self.safety_fraction = settings.safety_fraction
+        self.min_steps = settings.min_steps
         self._timer: Timer | None = None
         self._schedulers: list[WarmupPolyLR] = []
         self._start_step = 0

@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
 
+from vramkit.core.config.schema import check_settings
+from vramkit.core.config.source import source_of
 from vramkit.core.oom.resilient_module import OOMResilientModule
 
 log = logging.getLogger(__name__)
 
-FAULT_KEYS = ("oom_train_above", "oom_val_above")
+
+@dataclass(frozen=True)
+class FaultSettings:
+    """The run's ``fault`` node, given on the command line (``+fault.oom_train_above=2``)."""
+
+    oom_train_above: int | None = field(default=None, metadata={"ge": 1})
+    """Training micro-batches of more samples raise an OOM; null: none does (≥ 1: one fits)."""
+    oom_val_above: int | None = field(default=None, metadata={"ge": 1})
+    """Validation micro-batches of more samples raise an OOM; null: none does."""
 
 
 class OOMFaultInjection(L.Callback):
@@ -22,13 +33,11 @@ class OOMFaultInjection(L.Callback):
     """
 
     def __init__(self, oom_train_above: int | None = None, oom_val_above: int | None = None):
-        for key, value in zip(FAULT_KEYS, (oom_train_above, oom_val_above), strict=True):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ValueError(f"fault.{key} must be an integer >= 1 or null, got {value!r}")
-            if value is not None and value < 1:
-                raise ValueError(f"fault.{key} must be >= 1 (a sample must fit), got {value}")
-        self.oom_train_above = oom_train_above
-        self.oom_val_above = oom_val_above
+        settings = _fault_settings(
+            {"oom_train_above": oom_train_above, "oom_val_above": oom_val_above}
+        )
+        self.oom_train_above = settings.oom_train_above
+        self.oom_val_above = settings.oom_val_above
 
     @classmethod
     def from_config(cls, fault: Mapping[str, Any] | None = None) -> OOMFaultInjection:
@@ -36,14 +45,8 @@ class OOMFaultInjection(L.Callback):
         does not know, so a typo such as ``+fault.oom_trian_above=2`` is an error."""
         if fault is None:
             return cls()
-        if not isinstance(fault, Mapping):
-            raise ValueError(f"fault must be a mapping of {', '.join(FAULT_KEYS)}, got {fault!r}")
-        unknown = sorted(set(fault) - set(FAULT_KEYS))
-        if unknown:
-            raise ValueError(
-                f"fault.{unknown[0]} is not a fault switch (known: {', '.join(FAULT_KEYS)})"
-            )
-        return cls(**fault)
+        settings = _fault_settings(fault)
+        return cls(settings.oom_train_above, settings.oom_val_above)
 
     @property
     def active(self) -> bool:
@@ -68,3 +71,7 @@ class OOMFaultInjection(L.Callback):
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.active and isinstance(pl_module, OOMResilientModule):
             pl_module.inject_oom_above(train=None, val=None)
+
+
+def _fault_settings(values: Mapping[str, Any]) -> FaultSettings:
+    return check_settings(values, FaultSettings, key_prefix="fault.", source=source_of("fault"))

@@ -42,12 +42,13 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vramkit.core.config.schema import check_settings
 from vramkit.core.io.checkpoint_io import is_partial_write, partial_write_path
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,36 @@ class CacheReport:
         return line
 
 
+@dataclass(frozen=True, kw_only=True)
+class ValidationCacheSettings:
+    """A validation cache as a config states it (``data.val_cache`` of the text detection data)."""
+
+    enabled: bool = True
+    """False: no cache; every validation pass recomputes its inputs and targets."""
+    dir: Path | None = None
+    """The cache folder; runs share it (entries are keyed by file content and parameters)."""
+    max_gib: float = field(default=DEFAULT_MAX_GIB, metadata={"gt": 0})
+    """Size cap of the folder (GiB); least recently used entries are evicted beyond it."""
+
+    def cross_field_problems(self) -> list[tuple[str, str]]:
+        """An enabled cache needs its folder (run by the config checks)."""
+        if self.enabled and self.dir is None:
+            return [("dir", "missing: an enabled cache needs a folder (or set enabled: false)")]
+        return []
+
+    def build(self) -> ValidationCache | None:
+        """The cache these settings describe, or None when it is off."""
+        if not self.enabled or self.dir is None:
+            return None
+        return ValidationCache.with_max_gib(self.dir, self.max_gib)
+
+
+@dataclass(frozen=True)
+class _CacheCap:
+    max_bytes: int = field(metadata={"gt": 0})
+    """Size cap of the cache folder (bytes)."""
+
+
 @dataclass(frozen=True)
 class _DiskEntry:
     path: Path
@@ -148,10 +179,11 @@ class ValidationCache:
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, max_bytes: int) -> None:
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
-            raise ValueError(f"max_bytes must be a positive integer, got {max_bytes!r}")
+        cap = check_settings(
+            {"max_bytes": max_bytes}, _CacheCap, key_prefix="", title="invalid ValidationCache"
+        )
         self.directory = Path(directory)
-        self.max_bytes = max_bytes
+        self.max_bytes = cap.max_bytes
         self.hits = 0
         self.misses = 0
         self.writes = 0
@@ -166,9 +198,13 @@ class ValidationCache:
         cls, directory: str | os.PathLike[str], max_gib: float = DEFAULT_MAX_GIB
     ) -> ValidationCache:
         """A cache capped at ``max_gib`` GiB."""
-        if isinstance(max_gib, bool) or not isinstance(max_gib, int | float) or max_gib <= 0:
-            raise ValueError(f"max_gib must be a number of GiB > 0, got {max_gib!r}")
-        return cls(directory, max_bytes=int(max_gib * GIB))
+        settings = check_settings(
+            {"dir": directory, "max_gib": max_gib},
+            ValidationCacheSettings,
+            key_prefix="",
+            title="invalid ValidationCache",
+        )
+        return cls(directory, max_bytes=int(settings.max_gib * GIB))
 
     def path_for(self, key: str) -> Path:
         """The entry file of ``key`` (a hex digest, e.g. from :func:`content_key`)."""

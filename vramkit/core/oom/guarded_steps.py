@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LAST_RESORT_CHECKPOINT = "oom_last_resort.ckpt"
+LOSS_TERMS = "loss_terms"  # key of a training step's output: its loss by unit of averaging
+
+# What OOMResilientModule.micro_batch_weight returns: one count (a number or a 0-d tensor), or
+# one per loss term, by name.
+LossWeight = float | torch.Tensor | Mapping[str, float | torch.Tensor]
 
 
 @dataclass
@@ -122,6 +127,7 @@ class _StepRunner(abc.ABC):
         self.extra = extra
         self.logs = LogBuffer()
         self.results: list[_MicroResult] = []
+        self._batch_weight: LossWeight | None = None
 
     # One attempt: the remaining segments in micro-batches, until done or out of memory.
     def _attempt(
@@ -279,12 +285,13 @@ class TrainingStepRunner(_StepRunner):
         with self.logs.capture(module, size), GradArrivals.frozen(done.values()):
             output = self.step(module, micro, self.batch_idx, *self.extra)
             loss, extras = _loss_and_extras(output)
+            terms = extras.pop(LOSS_TERMS, None)
             if loss is None:
                 return _MicroResult(None, None)
-            weight = module.micro_batch_weight(micro, self.batch)
+            share = loss if micro is self.batch else self._share_of_batch_loss(loss, terms, micro)
             # Lightning divides the returned loss by accumulate_grad_batches before its own
             # backward pass; this one must do the same.
-            scaled = loss * (weight / self.trainer.accumulate_grad_batches)
+            scaled = share / self.trainer.accumulate_grad_batches
             if scaled.requires_grad:
                 scaler = getattr(self.trainer.precision_plugin, "scaler", None)
                 if scaler is not None:
@@ -292,7 +299,27 @@ class TrainingStepRunner(_StepRunner):
                 # Backward passes run outside autocast, as in Lightning's own loop.
                 with torch.autocast(module.device.type, enabled=False):
                     module.backward(scaled)
-            return _MicroResult(loss.detach() * weight, _detached(extras))
+            return _MicroResult(share.detach(), _detached(extras))
+
+    def _share_of_batch_loss(
+        self, loss: torch.Tensor, terms: Mapping[str, torch.Tensor] | None, micro: Any
+    ) -> torch.Tensor:
+        """The micro-batch's contribution to the whole batch's loss: each mean it averages
+        weighted by the micro-batch's share of that mean's units."""
+        module = self.module
+        if self._batch_weight is None:
+            self._batch_weight = module.micro_batch_weight(self.batch)
+        weight, whole = module.micro_batch_weight(micro), self._batch_weight
+        if not isinstance(weight, Mapping):
+            return loss * _share(weight, whole, loss)
+        if terms is None or set(terms) != set(weight):
+            raise ValueError(
+                f"{type(module).__name__}.micro_batch_weight counts the units of loss terms "
+                f"{sorted(weight)}, so training_step must return them as "
+                f"{{'loss': ..., '{LOSS_TERMS}': {{name: term}}}}; got "
+                f"{None if terms is None else sorted(terms)}"
+            )
+        return sum(terms[name] * _share(weight[name], whole[name], loss) for name in weight)
 
     def _last_resort(self, micro_batch: int) -> None:
         """Save a checkpoint and continue from it: the optimizer state is dropped from the
@@ -431,6 +458,23 @@ def _loss_and_extras(output: Any) -> tuple[torch.Tensor | None, dict[str, Any]]:
         "training_step must return a loss tensor, a dict with a 'loss' key, or None; "
         f"got {type(output).__name__}"
     )
+
+
+def _share(part: Any, whole: Any, like: torch.Tensor) -> torch.Tensor:
+    """``part / whole`` as a 0-d tensor on ``like``'s device, 0 when ``whole`` is 0. Counts
+    given as tensors stay on their device (no host synchronisation). At least float32, so a
+    half-precision loss does not round its share; float64 for a float64 loss."""
+    dtype = torch.promote_types(like.dtype, torch.float32)
+    part = torch.as_tensor(part, dtype=dtype, device=like.device)
+    whole = torch.as_tensor(whole, dtype=dtype, device=like.device)
+    return torch.where(whole > 0, part / whole, 0.0)
+
+
+def without_loss_terms(output: Any) -> Any:
+    """A training step's output without its ``"loss_terms"``, which only a split step reads."""
+    if isinstance(output, Mapping) and LOSS_TERMS in output:
+        return {key: value for key, value in output.items() if key != LOSS_TERMS}
+    return output
 
 
 def _detached(extras: dict[str, Any]) -> dict[str, Any]:

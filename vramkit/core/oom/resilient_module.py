@@ -7,9 +7,11 @@ sliced, per-sample lists sliced, everything else shared), and an out-of-memory e
 answered without losing the batch:
 
 - training: the unfinished samples are redone in micro-batches half the size, their gradients
-  accumulated (the same effective batch; for a loss that is a mean over samples and a model
-  without batch-coupled layers, the same gradients up to floating-point order), and that
-  micro-batch is kept for the rest of the run. A second OOM in the same step takes the last
+  accumulated, each micro-batch's loss weighted by its share of what the loss averages over
+  (samples unless :meth:`OOMResilientModule.micro_batch_weight` says otherwise: answer cells,
+  tokens). For a loss that is such a mean and a model without batch-coupled layers (BatchNorm),
+  the gradients are those of the whole batch up to floating-point order. The micro-batch is
+  kept for the rest of the run. A second OOM in the same step takes the last
   resort: a checkpoint is saved and the optimizer state reloaded from it into emptied memory,
   then the micro-batch halves again (twice the accumulation).
 - validation: the batch is run in halves (the same metrics) and every later validation batch
@@ -33,10 +35,12 @@ import lightning as L
 
 from vramkit.core.oom.batch_split import batch_size_of
 from vramkit.core.oom.guarded_steps import (
+    LossWeight,
     OOMRecoveryState,
     TrainingStepRunner,
     ValidationStepRunner,
     training_guard_applies,
+    without_loss_terms,
 )
 
 log = logging.getLogger(__name__)
@@ -49,12 +53,15 @@ def _guard_training_step(step: Callable[..., Any]) -> Callable[..., Any]:
     def training_step(self: OOMResilientModule, batch: Any, batch_idx: int, *extra: Any) -> Any:
         state = self.oom_state
         samples = batch_size_of(batch)
-        if state.depth or samples is None:
+        if state.depth:
+            # A subclass's step calling super(): the guard around the outer call runs it.
             return step(self, batch, batch_idx, *extra)
+        if samples is None:
+            return without_loss_terms(step(self, batch, batch_idx, *extra))
         reason = training_guard_applies(self)
         if reason is not None:
             self._unguarded(reason)
-            return step(self, batch, batch_idx, *extra)
+            return without_loss_terms(step(self, batch, batch_idx, *extra))
         state.depth += 1
         try:
             return TrainingStepRunner(self, step, batch, samples, batch_idx, extra).run()
@@ -145,14 +152,21 @@ class OOMResilientModule(L.LightningModule):
             if callable(method) and not getattr(method, _GUARDED, False):
                 setattr(cls, name, guard(method))
 
-    def micro_batch_weight(self, micro_batch: Any, batch: Any) -> float:
-        """The share of the batch's loss that a micro-batch's loss carries.
+    def micro_batch_weight(self, batch: Any) -> LossWeight:
+        """How much ``batch`` counts in the mean its training loss is: the number of units
+        the loss averages over.
 
-        The default, samples in the micro-batch / samples in the batch, is right for a loss
-        that is a mean over samples. Override it for a loss averaged over other units
-        (tokens, valid cells): return the micro-batch's share of those units.
+        A split training step weights each micro-batch's loss by its share of the whole
+        batch's weight, so the accumulated gradients are those of the whole batch. The
+        default, the number of samples, is right for a loss that is a mean over samples.
+        Override it for a loss averaged over other units: return their count (tokens,
+        answer cells), a number or a 0-d tensor (no host synchronisation). A loss that adds
+        means over different units returns one count per term, by name, and its
+        ``training_step`` returns a dict whose ``"loss_terms"`` maps the same names to the
+        terms (their coefficients included; they add up to ``"loss"``). A unit the whole
+        batch lacks gives its term no weight.
         """
-        return batch_size_of(micro_batch) / batch_size_of(batch)
+        return float(batch_size_of(batch))
 
     def inject_oom_above(self, *, train: int | None = None, val: int | None = None) -> None:
         """Raise ``torch.cuda.OutOfMemoryError`` for every training (validation) micro-batch of

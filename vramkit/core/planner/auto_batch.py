@@ -9,15 +9,8 @@ from vramkit.core.planner.cuda_rules import GIB
 from vramkit.core.planner.errors import DoesNotFitError, PlanningError
 from vramkit.core.planner.plan import TRAIN
 from vramkit.core.planner.remedies import split_batch
+from vramkit.core.planner.task_defaults import DEFAULTS_KEY, task_batch_default
 from vramkit.core.planner.task_plan import MemoryPlan, plan_task
-
-_DEFAULTS_KEY = "batch_size_defaults"
-
-
-def _task_default(cfg: DictConfig, key: str) -> int | None:
-    defaults = cfg.get(_DEFAULTS_KEY)
-    value = defaults.get(key) if isinstance(defaults, DictConfig) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _keep_effective_batch(
@@ -27,11 +20,11 @@ def _keep_effective_batch(
     intended = profile.target_effective_batch
     source = "hw.target_effective_batch"
     if intended is None:
-        default = _task_default(cfg, "train")
+        default = task_batch_default(cfg, "train")
         if default is None:
             return largest, profile.accumulate_grad_batches, None
         intended = default * profile.accumulate_grad_batches
-        source = f"{_DEFAULTS_KEY}.train"
+        source = f"{DEFAULTS_KEY}.train"
     if largest * profile.accumulate_grad_batches >= intended:
         return largest, profile.accumulate_grad_batches, None
     budget = plan.budget_bytes
@@ -67,12 +60,12 @@ def resolve_auto_batch_sizes(
     train_auto = profile.batch_size == AUTO
     val_auto = profile.val_batch_size == AUTO
     if profile.accelerator != "gpu" or profile.budget_gib is None:
-        train = _task_default(cfg, "train") if train_auto else profile.batch_size
-        val = _task_default(cfg, "val") if val_auto else profile.val_batch_size
+        train = task_batch_default(cfg, "train") if train_auto else profile.batch_size
+        val = task_batch_default(cfg, "val") if val_auto else profile.val_batch_size
         if train is None or val is None:
             raise PlanningError(
                 f"profile {profile.name} has no GPU memory to plan for and the task states no "
-                f"{_DEFAULTS_KEY}; set hw.batch_size and hw.val_batch_size"
+                f"{DEFAULTS_KEY}; set hw.batch_size and hw.val_batch_size"
             )
         line = f"{profile.name}: no GPU budget to plan, batch sizes {train} / {val} (task defaults)"
         return train, val, profile.accumulate_grad_batches, [line]

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, open_dict
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from vramkit.core.config.instantiate import instantiate
 from vramkit.core.planner.checkpointing import enable_gradient_checkpointing
 from vramkit.core.planner.cuda_rules import parameter_dtype
 from vramkit.core.planner.errors import PlanningError
@@ -32,7 +33,6 @@ from vramkit.core.planner.optimizer_layouts import (
     use_cuda_defaults,
 )
 from vramkit.core.planner.run_setup import RunSetup
-from vramkit.core.run.instantiate import instantiate
 
 # Optimizer targets that need a GPU library at construction time; the planner only needs the
 # hyper-parameters, so it builds the equivalent torch optimizer and then the layout.

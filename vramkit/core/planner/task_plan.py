@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from vramkit.core.config.instantiate import instantiate
 from vramkit.core.hardware.profile import HardwareProfile
+from vramkit.core.hardware.settled import mark_settled
 from vramkit.core.planner.batches import PhaseSamples, sample_batches
 from vramkit.core.planner.cuda_rules import GIB
 from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan
 from vramkit.core.planner.remedies import Remedy, propose_remedies
 from vramkit.core.planner.run_setup import RunSetup
 from vramkit.core.planner.subject import swap_eight_bit_optimizer
-from vramkit.core.run.instantiate import instantiate
 
 # Batch sizes searched when the dataset does not say how many samples it has.
 _UNBOUNDED_BATCH = 4096
@@ -80,6 +81,7 @@ def planning_config(cfg: DictConfig, profile: HardwareProfile) -> DictConfig:
     values.update(num_workers=0, pin_memory=False)
     with open_dict(planning):
         planning.hw = OmegaConf.create(values)
+    mark_settled(planning)
     return planning
 
 

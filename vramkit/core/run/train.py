@@ -8,10 +8,10 @@ from pathlib import Path
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
+from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.core.hardware.profile import describe_profile
-from vramkit.core.hardware.resolve import resolve_hardware
-from vramkit.core.run.instantiate import instantiate, instantiate_group
 from vramkit.core.run.loggers import finish_wandb, log_config
+from vramkit.core.run.resolve_hardware import resolve_hardware
 
 log = logging.getLogger(__name__)
 

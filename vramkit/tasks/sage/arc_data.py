@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,7 +18,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from vramkit.core.config.schema import check_fields
 from vramkit.tasks.sage.arc_examples import (
+    CONTEXT_MODES,
     QUERY_MODES,
     ArcExample,
     EncodingSettings,
@@ -31,61 +33,39 @@ from vramkit.tasks.sage.grid_augment import random_transform, view_transform
 from vramkit.tasks.sage.grid_tokens import MAX_DEMOS, MIN_SEQUENCE_LENGTH
 
 
-def _int(value: Any, key: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{key} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _flag(value: Any, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{key} must be true or false, got {value!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class AugmentSettings:
     """Which augmentation families are drawn from (each applied to a whole example)."""
 
-    dihedral: bool = True  # the 8 rotations/reflections of the square
-    colours: bool = True  # permutations of colours 1–9 (0 stays)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None, key: str) -> AugmentSettings:
-        values = dict(values or {})
-        unknown = set(values) - {"dihedral", "colours"}
-        if unknown:
-            raise ValueError(
-                f"{key}: unknown option(s) {sorted(unknown)} (known: colours, dihedral)"
-            )
-        return cls(**{name: _flag(v, f"{key}.{name}") for name, v in values.items()})
+    dihedral: bool = True
+    """The 8 rotations/reflections of the square."""
+    colours: bool = True
+    """Permutations of colours 1–9 (0, the background, stays)."""
 
 
 @dataclass(frozen=True)
 class ArcDataSettings:
-    """What a SAGE run trains and validates on (``data.*`` keys)."""
+    """What a SAGE run trains and validates on (``data.*`` keys); checked on construction."""
 
     train_set: str = "arc_agi_1/training"
+    """Training tasks, ``<source>/<split>`` (arc_agi_1|arc_agi_2 / training|evaluation)."""
     val_set: str = "arc_agi_1/evaluation"
-    limit_tasks: int | None = None  # first N tasks of each set (debugging and tests)
-    train_queries: str = "all"  # "test": test pairs only; "all": every training pair in turn
-    context: str = "demos"
-    max_length: int = 1024
-    max_demos: int = MAX_DEMOS
+    """Held-out tasks; never a task of ``train_set``."""
+    limit_tasks: int | None = field(default=None, metadata={"ge": 1})
+    """Only the first N tasks of each set (debugging and tests); null: all."""
+    train_queries: str = field(default="all", metadata={"choices": QUERY_MODES})
+    """Queries: ``test``, a task's test pairs only; ``all``, every pair in turn."""
+    context: str = field(default="demos", metadata={"choices": CONTEXT_MODES})
+    """``demos``: demonstration pairs precede the query; ``none``: the query grid alone."""
+    max_length: int = field(default=1024, metadata={"ge": MIN_SEQUENCE_LENGTH})
+    """Tokens per sequence; demonstrations that do not fit are dropped."""
+    max_demos: int = field(default=MAX_DEMOS, metadata={"ge": 0, "le": MAX_DEMOS})
+    """Demonstration pairs per sequence at most."""
     augment: AugmentSettings = field(default_factory=AugmentSettings)
+    """Augmentations drawn afresh for every training example."""
 
     def __post_init__(self) -> None:
-        if self.limit_tasks is not None:
-            _int(self.limit_tasks, "data.limit_tasks", minimum=1)
-        if self.train_queries not in QUERY_MODES:
-            raise ValueError(
-                f"data.train_queries must be one of {QUERY_MODES}, got {self.train_queries!r}"
-            )
-        _int(self.max_length, "data.max_length", minimum=MIN_SEQUENCE_LENGTH)
-        _int(self.max_demos, "data.max_demos", minimum=0)
-        if self.max_demos > MAX_DEMOS:
-            raise ValueError(f"data.max_demos must be at most {MAX_DEMOS}, got {self.max_demos}")
-        EncodingSettings(context=self.context)  # validates data.context
+        check_fields(self, key_prefix="data.")
 
     @property
     def encoding(self) -> EncodingSettings:
@@ -138,7 +118,8 @@ class ArcAugmentedDataset(Dataset):
 class ArcViewDataset(Dataset):
     """Every view of every example; view 0 is the original, the others fixed random transforms.
 
-    ``views[item]`` is a pure function of the example key, the view and ``view_seed``.
+    ``views[item]`` is a pure function of the example key, the view and ``view_seed``;
+    ``views`` ≥ 1 (``data.views``, checked by the datamodule).
     """
 
     def __init__(
@@ -152,7 +133,7 @@ class ArcViewDataset(Dataset):
     ) -> None:
         self.examples = list(examples)
         self.encoding = encoding
-        self.views = _int(views, "data.views", minimum=1)
+        self.views = views
         self.view_seed = view_seed
         self.augment = augment
         self.lengths = [len(example_inputs(self.example(i), encoding)) for i in range(len(self))]

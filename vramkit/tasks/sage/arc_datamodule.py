@@ -3,22 +3,41 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
 from torch.utils.data import DataLoader
 
+from vramkit.core.config.schema import check_settings
+from vramkit.core.config.source import source_of
 from vramkit.tasks.sage.arc_batching import grid_loader
-from vramkit.tasks.sage.arc_data import ArcDataSettings, AugmentSettings, load_examples
+from vramkit.tasks.sage.arc_data import ArcDataSettings, load_examples
 from vramkit.tasks.sage.arc_examples import ArcExample
 from vramkit.tasks.sage.grid_tokens import MAX_DEMOS
 
 
-def _positive(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{key} must be a positive integer, got {value!r}")
-    return value
+@dataclass(frozen=True)
+class ArcDataModuleSettings(ArcDataSettings):
+    """The ``data.*`` keys of an ARC datamodule: the data settings plus how they are loaded."""
+
+    batch_size: int = field(default=16, metadata={"gt": 0})
+    """Training sequences per step and device."""
+    val_batch_size: int = field(default=16, metadata={"gt": 0})
+    """Validation sequences per step and device."""
+    num_workers: int = field(default=0, metadata={"ge": 0})
+    """Loader worker processes; 0 loads in the training process."""
+    pin_memory: bool = False
+    """Page-locked host memory for faster host-to-GPU copies."""
+    persistent_workers: bool = True
+    """Loader workers live across epochs."""
+
+    def data_settings(self) -> ArcDataSettings:
+        """The settings the examples depend on (what the feature cache fingerprints)."""
+        names = [f.name for f in dataclasses.fields(ArcDataSettings)]
+        return ArcDataSettings(**{name: getattr(self, name) for name in names})
 
 
 class ArcDataModule(L.LightningDataModule, abc.ABC):
@@ -47,23 +66,31 @@ class ArcDataModule(L.LightningDataModule, abc.ABC):
         persistent_workers: bool = True,
     ) -> None:
         super().__init__()
-        self.settings = ArcDataSettings(
-            train_set=train_set,
-            val_set=val_set,
-            limit_tasks=limit_tasks,
-            train_queries=train_queries,
-            context=context,
-            max_length=max_length,
-            max_demos=max_demos,
-            augment=AugmentSettings.from_mapping(augment, "data.augment"),
+        values = {
+            "train_set": train_set,
+            "val_set": val_set,
+            "limit_tasks": limit_tasks,
+            "train_queries": train_queries,
+            "context": context,
+            "max_length": max_length,
+            "max_demos": max_demos,
+            "batch_size": batch_size,
+            "val_batch_size": val_batch_size,
+            "num_workers": num_workers,
+            "pin_memory": pin_memory,
+            "persistent_workers": persistent_workers,
+        }
+        if augment is not None:  # null keeps every augmentation on
+            values["augment"] = augment
+        settings = check_settings(
+            values, ArcDataModuleSettings, key_prefix="data.", source=source_of("data")
         )
-        self.batch_size = _positive(batch_size, "data.batch_size")
-        self.val_batch_size = _positive(val_batch_size, "data.val_batch_size")
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"data.num_workers must be an integer >= 0, got {num_workers!r}")
-        self.num_workers = num_workers
-        self.pin_memory = bool(pin_memory)
-        self.persistent_workers = bool(persistent_workers)
+        self.settings = settings.data_settings()
+        self.batch_size = settings.batch_size
+        self.val_batch_size = settings.val_batch_size
+        self.num_workers = settings.num_workers
+        self.pin_memory = settings.pin_memory
+        self.persistent_workers = settings.persistent_workers
         self.train_examples: list[ArcExample] | None = None
         self.val_examples: list[ArcExample] | None = None
         self.train_dataset = None

@@ -7,6 +7,7 @@ views of an example; validation uses the original view.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from vramkit.core.config.schema import check_settings
+from vramkit.core.config.source import source_of
 from vramkit.tasks.sage.arc_batching import FEATURES_KEY
 from vramkit.tasks.sage.arc_data import ArcViewDataset
 from vramkit.tasks.sage.arc_datamodule import ArcDataModule
@@ -77,6 +80,24 @@ class CachedFeatureDataset(Dataset):
         return data
 
 
+@dataclass(frozen=True, kw_only=True)
+class FeatureDataSettings:
+    """The ``data.*`` keys the student's data adds to the ARC ones (conf/data/arc_features.yaml)."""
+
+    feature_cache: str
+    """Cache folder; ``{teacher_hash}`` and ``{data_hash}`` in it are filled in."""
+    teacher_checkpoint: str = "latest"
+    """The teacher's checkpoint: a path, or ``latest`` under ``log_dir``."""
+    log_dir: Path = Path("logs")
+    """Where ``teacher_checkpoint=latest`` looks for arc_teacher runs."""
+    views: int = field(default=4, metadata={"ge": 1})
+    """Cached augmented views per training example."""
+    view_seed: int = 0
+    """Seed of the cached views."""
+    feature_dtype: str = field(default="float16", metadata={"choices": tuple(FEATURE_DTYPES)})
+    """Storage dtype of the cached features."""
+
+
 class SageFeatureDataModule(ArcDataModule):
     """ARC data (see :class:`ArcDataModule`) plus the teacher feature cache.
 
@@ -99,18 +120,25 @@ class SageFeatureDataModule(ArcDataModule):
         **arc_options: Any,
     ) -> None:
         super().__init__(**arc_options)
-        if isinstance(views, bool) or not isinstance(views, int) or views < 1:
-            raise ValueError(f"data.views must be an integer >= 1, got {views!r}")
-        if feature_dtype not in FEATURE_DTYPES:
-            raise ValueError(
-                f"data.feature_dtype must be one of {sorted(FEATURE_DTYPES)}, got {feature_dtype!r}"
-            )
-        self.feature_cache = str(feature_cache)
-        self.teacher_checkpoint = str(teacher_checkpoint)
-        self.log_dir = Path(log_dir)
-        self.views = views
-        self.view_seed = int(view_seed)
-        self.feature_dtype = feature_dtype
+        settings = check_settings(
+            {
+                "feature_cache": feature_cache,
+                "teacher_checkpoint": teacher_checkpoint,
+                "log_dir": log_dir,
+                "views": views,
+                "view_seed": view_seed,
+                "feature_dtype": feature_dtype,
+            },
+            FeatureDataSettings,
+            key_prefix="data.",
+            source=source_of("data"),
+        )
+        self.feature_cache = settings.feature_cache
+        self.teacher_checkpoint = settings.teacher_checkpoint
+        self.log_dir = settings.log_dir
+        self.views = settings.views
+        self.view_seed = settings.view_seed
+        self.feature_dtype = settings.feature_dtype
         self.cache: FeatureCache | None = None
 
     def cache_settings(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vramkit.core.optim.scheduled_module import OptimizerFactory
 from vramkit.tasks.sage.arc_batching import FEATURES_KEY
 from vramkit.tasks.sage.compression_report import (
     ModelRow,
@@ -32,8 +33,8 @@ from vramkit.tasks.sage.compression_report import (
     latency_batches,
     measure_latency_ms,
 )
-from vramkit.tasks.sage.grid_loss import DistillLossWeights, feature_distillation, task_loss
-from vramkit.tasks.sage.grid_module import COPY, MODEL, GridModelModule, OptimizerFactory
+from vramkit.tasks.sage.grid_loss import DistillLossWeights, feature_distillation
+from vramkit.tasks.sage.grid_module import COPY, MODEL, GridModelModule
 from vramkit.tasks.sage.grid_outputs import GridOutput, GridPrediction
 from vramkit.tasks.sage.teacher_checkpoint import file_sha256, load_teacher
 
@@ -100,25 +101,37 @@ class SageDistillModule(GridModelModule):
                 f"{cached}-wide teacher features"
             )
 
-    def _loss(self, phase: str, output: GridOutput, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    MEAN_UNITS: Mapping[str, str] = {
+        **GridModelModule.MEAN_UNITS,
+        "feature_mse": "tokens",
+        "feature_cosine": "tokens",
+    }
+
+    def _means(self, output: GridOutput, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         assert self.projector is not None, "setup() builds the projector"
-        task = task_loss(output, batch, size_weight=self.weights.size)
+        means = super()._means(output, batch)
         projected = self.projector(output.hidden)
         features = feature_distillation(projected, batch[FEATURES_KEY], batch["padding_mask"])
-        feature_loss = self.weights.mse * features["mse"] + self.weights.cosine * features["cosine"]
-        loss = self.weights.task * task["loss"] + self.weights.feature * feature_loss
-        losses = {
-            "loss": loss,
-            "task_loss": task["loss"],
-            "cell_ce": task["cell_ce"],
-            "feature_loss": feature_loss,
-            "feature_mse": features["mse"],
-            "feature_cosine": features["cosine"],
+        return {**means, "feature_mse": features["mse"], "feature_cosine": features["cosine"]}
+
+    def _mean_weights(self) -> dict[str, float]:
+        weights = self.weights
+        return {
+            "cell_ce": weights.task,
+            "size_ce": weights.task * weights.size,
+            "feature_mse": weights.feature * weights.mse,
+            "feature_cosine": weights.feature * weights.cosine,
         }
-        if "size_ce" in task:
-            losses["size_ce"] = task["size_ce"]
-        self._log_losses(phase, losses, batch)
-        return loss
+
+    def _losses(
+        self, means: Mapping[str, torch.Tensor], loss: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        weights = self.weights
+        task = means["cell_ce"]
+        if "size_ce" in means:
+            task = task + weights.size * means["size_ce"]
+        feature = weights.mse * means["feature_mse"] + weights.cosine * means["feature_cosine"]
+        return {**super()._losses(means, loss), "task_loss": task, "feature_loss": feature}
 
     def _score_references(self, batch: dict[str, torch.Tensor]) -> None:
         # the teacher's predictions of these very examples, cached at extraction

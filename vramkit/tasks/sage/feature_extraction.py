@@ -20,8 +20,8 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from vramkit.core.hardware.resolve import resolve_hardware
-from vramkit.core.run.instantiate import instantiate
+from vramkit.core.config.instantiate import instantiate
+from vramkit.core.run.resolve_hardware import resolve_hardware
 from vramkit.tasks.sage.arc_batching import grid_loader
 from vramkit.tasks.sage.arc_examples import INPUT_KEYS
 from vramkit.tasks.sage.arc_feature_datamodule import STUDENT_TASK, SageFeatureDataModule

@@ -28,6 +28,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from vramkit.core.config.legacy_targets import upgrade_targets
 from vramkit.tasks.sage.commands import TEACHER_ENTRY, suggest_command
 
 LATEST = "latest"  # teacher.checkpoint value: the newest arc_teacher run's last.ckpt
@@ -137,6 +138,7 @@ def load_teacher(
             net_config = OmegaConf.to_container(net_config, resolve=True)
         config = dict(net_config)
         prefix = state_dict_prefix or ""
+    config = upgrade_targets(config)  # a teacher saved by vramkit's first layout still loads
     module_name, _, class_name = str(config.get("_target_", "")).rpartition(".")
     if not module_name:
         raise ValueError(f"teacher network config has no _target_: {config}")

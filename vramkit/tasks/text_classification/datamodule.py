@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from vramkit.core.config.schema import check_settings
+from vramkit.core.config.source import source_of
 from vramkit.core.data.bad_lines import BadLine
 from vramkit.core.optional_dependency import import_optional
 from vramkit.tasks.text_classification.text_jsonl import LabelledText, read_labelled_texts
@@ -22,6 +25,71 @@ from vramkit.tasks.text_classification.toy_data import (
 log = logging.getLogger(__name__)
 
 _BAD_LINES_SHOWN = 10  # bad lines named in the log per split; all are counted
+_USER_FILES = ("train_file", "val_file", "tokenizer_dir")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextClassificationDataSettings:
+    """The ``data.*`` keys of text classification, as the datamodule takes them."""
+
+    train_file: Path | None = None
+    """Training JSONL; given together with ``val_file`` and ``tokenizer_dir``."""
+    val_file: Path | None = None
+    """Validation JSONL."""
+    tokenizer_dir: Path | None = None
+    """A local folder ``AutoTokenizer`` loads (nothing is downloaded)."""
+    data_root: Path = Path("data")
+    """Where the toy set is written."""
+    toy: ToyTextConfig | None = None
+    """The toy set, used when the three paths are null."""
+    num_labels: int = field(default=2, metadata={"ge": 1})
+    """Classes; a JSONL label is an index in [0, num_labels) or a name of ``label_names``."""
+    label_names: list[str] | None = None
+    """Class names in index order, ``num_labels`` distinct ones; null for index labels only."""
+    pad_token_id: int = field(default=0, metadata={"ge": 0})
+    """Padding id the model is told about."""
+    max_length: int = field(default=128, metadata={"ge": 1})
+    """Tokens per text: longer texts are cut, shorter ones padded."""
+    batch_size: int = field(default=8, metadata={"gt": 0})
+    """Training texts per step and device."""
+    val_batch_size: int = field(default=8, metadata={"gt": 0})
+    """Validation texts per step and device."""
+    num_workers: int = field(default=0, metadata={"ge": 0})
+    """Loader worker processes; 0 loads in the training process."""
+    pin_memory: bool = False
+    """Page-locked host memory for faster host-to-GPU copies."""
+    persistent_workers: bool = True
+    """Loader workers live across epochs."""
+    strict: bool = False
+    """True: a malformed JSONL line stops the run; false: it is skipped, named and counted."""
+
+    def cross_field_problems(self) -> list[tuple[str, str]]:
+        """The label names against num_labels, and the three user paths all or none."""
+        problems = []
+        names = self.label_names
+        if names is not None and (len(names) != self.num_labels or len(set(names)) != len(names)):
+            problems.append(
+                (
+                    "label_names",
+                    f"expected data.num_labels={self.num_labels} distinct names, got {names}",
+                )
+            )
+        given = [key for key in _USER_FILES if getattr(self, key) is not None]
+        if given and len(given) != len(_USER_FILES):
+            problems += [
+                (
+                    key,
+                    f"missing: data.{given[0]} is set; give train_file, val_file and "
+                    "tokenizer_dir together, or none of them for the toy set",
+                )
+                for key in _USER_FILES
+                if key not in given
+            ]
+        if not given and self.toy is None:
+            problems.append(
+                ("toy", "missing: give the toy set, or train_file, val_file and tokenizer_dir")
+            )
+        return problems
 
 
 class TextClassificationDataset(Dataset):
@@ -95,52 +163,43 @@ class TextClassificationDataModule(L.LightningDataModule):
         strict: bool = False,
     ) -> None:
         super().__init__()
-        for key, value in (
-            ("num_labels", num_labels),
-            ("max_length", max_length),
-            ("batch_size", batch_size),
-            ("val_batch_size", val_batch_size),
-        ):
-            _require_int(value, f"data.{key}", minimum=1)
-        _require_int(pad_token_id, "data.pad_token_id", minimum=0)
-        _require_int(num_workers, "data.num_workers", minimum=0)
-        for key, value in (
-            ("pin_memory", pin_memory),
-            ("persistent_workers", persistent_workers),
-            ("strict", strict),
-        ):
-            if not isinstance(value, bool):
-                raise ValueError(f"data.{key} must be true or false, got {value!r}")
-        if label_names is not None:
-            label_names = list(label_names)
-            if len(label_names) != num_labels or len(set(label_names)) != num_labels:
-                raise ValueError(
-                    f"data.label_names must hold data.num_labels={num_labels} distinct names, "
-                    f"got {label_names}"
-                )
-        paths = {"train_file": train_file, "val_file": val_file, "tokenizer_dir": tokenizer_dir}
-        given = [key for key, value in paths.items() if value is not None]
-        if given and len(given) != len(paths):
-            missing = sorted(set(paths) - set(given))
-            raise ValueError(
-                f"data.{given[0]} is set but data.{missing[0]} is not: give train_file, "
-                "val_file and tokenizer_dir together, or none of them for the toy set"
-            )
-        if not given and toy is None:
-            raise ValueError("give data.train_file, data.val_file and data.tokenizer_dir")
-        self.paths = {key: Path(value) for key, value in paths.items() if value is not None}
-        self.toy = None if given else ToyTextConfig.from_mapping(toy)
-        self.data_root = Path(data_root)
-        self.num_labels = num_labels
-        self.label_names = label_names
-        self.pad_token_id = pad_token_id
-        self.max_length = max_length
-        self.batch_size = batch_size
-        self.val_batch_size = val_batch_size
-        self.num_workers = num_workers
-        self.pin_memory = pin_memory
-        self.persistent_workers = persistent_workers
-        self.strict = strict
+        settings = check_settings(
+            {
+                "train_file": train_file,
+                "val_file": val_file,
+                "tokenizer_dir": tokenizer_dir,
+                "data_root": data_root,
+                "toy": toy,
+                "num_labels": num_labels,
+                "label_names": label_names,
+                "pad_token_id": pad_token_id,
+                "max_length": max_length,
+                "batch_size": batch_size,
+                "val_batch_size": val_batch_size,
+                "num_workers": num_workers,
+                "pin_memory": pin_memory,
+                "persistent_workers": persistent_workers,
+                "strict": strict,
+            },
+            TextClassificationDataSettings,
+            key_prefix="data.",
+            source=source_of("data"),
+        )
+        self.paths = {
+            key: getattr(settings, key) for key in _USER_FILES if getattr(settings, key) is not None
+        }
+        self.toy = None if self.paths else settings.toy
+        self.data_root = settings.data_root
+        self.num_labels = settings.num_labels
+        self.label_names = settings.label_names
+        self.pad_token_id = settings.pad_token_id
+        self.max_length = settings.max_length
+        self.batch_size = settings.batch_size
+        self.val_batch_size = settings.val_batch_size
+        self.num_workers = settings.num_workers
+        self.pin_memory = settings.pin_memory
+        self.persistent_workers = settings.persistent_workers
+        self.strict = settings.strict
         self.tokenizer: Any = None
         self.train_dataset: TextClassificationDataset | None = None
         self.val_dataset: TextClassificationDataset | None = None
@@ -234,8 +293,3 @@ class TextClassificationDataModule(L.LightningDataModule):
                 f"data.pad_token_id={tokenizer.pad_token_id}"
             )
         return tokenizer
-
-
-def _require_int(value: Any, key: str, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{key} must be an integer >= {minimum}, got {value!r}")

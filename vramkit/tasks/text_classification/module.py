@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch.nn import functional as F
 
 from vramkit.core.oom.resilient_module import OOMResilientModule
-from vramkit.core.optim.lr_schedules import WarmupPolySchedule
+from vramkit.core.optim.scheduled_module import OptimizerFactory, ScheduledOptimization
 from vramkit.tasks.text_classification.hf_classifier import build_sequence_classifier
 
-OptimizerFactory = Callable[..., torch.optim.Optimizer]
 
-
-class TextClassificationModule(OOMResilientModule):
+class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
     """Trains an ``AutoModelForSequenceClassification`` with cross-entropy and reports
     ``train/loss``, ``train/accuracy``, ``val/loss`` and ``val/accuracy``.
 
@@ -50,14 +48,7 @@ class TextClassificationModule(OOMResilientModule):
             self.model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
-        self.optimizer_factory = optimizer
-        self.lr_schedule = WarmupPolySchedule(**(lr_schedule or {}))
-        self.compile_model = compile
-
-    def configure_model(self) -> None:
-        # In place, so checkpoints keep the plain parameter names (no `_orig_mod.` prefix).
-        if self.compile_model:
-            self.model.compile()
+        self.init_optimization(optimizer, lr_schedule, compile=compile, network="model")
 
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
@@ -90,9 +81,3 @@ class TextClassificationModule(OOMResilientModule):
         size = batch["labels"].shape[0]
         self.log("val/loss", loss, batch_size=size)
         self.log("val/accuracy", accuracy, prog_bar=True, batch_size=size)
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = self.optimizer_factory(params=self.parameters())
-        return self.lr_schedule.lightning_config(
-            optimizer, int(self.trainer.estimated_stepping_batches)
-        )

@@ -10,11 +10,10 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from vramkit.core.config.schema import check_fields
 from vramkit.core.optional_dependency import import_optional
 
 NEGATIVE = ("bad", "awful", "poor", "sad", "dark", "angry", "broken", "slow")
@@ -25,27 +24,17 @@ PAD, UNK = "[PAD]", "[UNK]"  # ids 0 and 1
 
 @dataclass(frozen=True)
 class ToyTextConfig:
-    """Sizes of the toy set; the files are a pure function of these values."""
+    """Sizes of the toy set (``data.toy``); the files are a pure function of these values."""
 
-    num_train: int = 256  # training texts
-    num_val: int = 64  # validation texts
-    seed: int = 0  # random seed of the texts
+    num_train: int = field(default=256, metadata={"ge": 1})
+    """Training texts."""
+    num_val: int = field(default=64, metadata={"ge": 1})
+    """Validation texts."""
+    seed: int = field(default=0, metadata={"ge": 0})
+    """Random seed of the texts."""
 
     def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"data.toy.{name} must be an integer >= 0, got {value!r}")
-        if self.num_train < 1 or self.num_val < 1:
-            raise ValueError("data.toy.num_train and data.toy.num_val must be >= 1")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> ToyTextConfig:
-        """Build it from the ``data.toy`` config node, refusing keys it does not know."""
-        known = [field.name for field in fields(cls)]
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise ValueError(f"data.toy.{unknown[0]} is not an option (known: {', '.join(known)})")
-        return cls(**values)
+        check_fields(self, key_prefix="data.toy.")
 
 
 @dataclass(frozen=True)

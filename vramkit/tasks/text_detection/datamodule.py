@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,10 @@ import lightning as L
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch.utils.data import DataLoader
 
+from vramkit.core.config.schema import check_settings
+from vramkit.core.config.source import source_of
 from vramkit.core.data.loader_workers import init_loader_worker
-from vramkit.core.io.disk_cache import DEFAULT_MAX_GIB, ValidationCache
+from vramkit.core.io.disk_cache import ValidationCacheSettings
 from vramkit.tasks.text_detection.augment import build_train_transform, build_val_transform
 from vramkit.tasks.text_detection.device_inputs import to_model_inputs
 from vramkit.tasks.text_detection.icdar_folder import TextDetectionDataset, collate_text_detection
@@ -63,51 +66,58 @@ def _options(value: Any, key: str, known: set[str], owner: str) -> dict[str, Any
     return dict(value)
 
 
-def _positive_int(value: Any, key: str, *, multiple_of: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{key} must be a positive integer, got {value!r}")
-    if value % multiple_of:
-        raise ValueError(f"{key} must be a multiple of {multiple_of} px, got {value}")
-    return value
+@dataclass(frozen=True, kw_only=True)
+class TextDetectionDataSettings:
+    """The ``data.*`` keys of text detection, as :class:`TextDetectionDataModule` takes them."""
 
+    train_dir: Path | None = None
+    """Training folder in ICDAR 2015 layout (images/, gt/); null with ``synthetic``."""
+    val_dir: Path | None = None
+    """Validation folder in ICDAR 2015 layout; null with ``synthetic``."""
+    synthetic: SyntheticTextConfig | None = None
+    """Parameters of the synthetic dataset, rendered once under ``data_root``; null for folders."""
+    data_root: Path = Path("data")
+    """Where generated datasets live."""
+    image_size: int = field(default=640, metadata={"gt": 0, "multiple_of": SIDE_MULTIPLE})
+    """Training crop side (px)."""
+    val_image_size: int = field(default=640, metadata={"gt": 0, "multiple_of": SIDE_MULTIPLE})
+    """Side validation images are resized to (px)."""
+    batch_size: int = field(default=8, metadata={"gt": 0})
+    """Training images per step and device."""
+    val_batch_size: int = field(default=8, metadata={"gt": 0})
+    """Validation images per step and device."""
+    num_workers: int = field(default=0, metadata={"ge": 0})
+    """Loader worker processes; 0 loads in the training process."""
+    pin_memory: bool = False
+    """Page-locked host memory for faster host-to-GPU copies."""
+    persistent_workers: bool = True
+    """Loader workers, and what they built, live across epochs."""
+    prefetch_factor: int | None = field(default=None, metadata={"gt": 0})
+    """Batches each loader worker prepares ahead; null: PyTorch's default (2)."""
+    strict: bool = False
+    """True: a corrupt image or malformed annotation line stops the run."""
+    augment: dict[str, Any] | None = None
+    """Options of :func:`build_train_transform`."""
+    targets: dict[str, Any] | None = None
+    """Options of :func:`make_targets`."""
+    val_cache: ValidationCacheSettings | None = None
+    """Validation inputs and targets kept on disk; null: recomputed on every pass."""
 
-def _flag(value: Any, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{key} must be true or false, got {value!r}")
-    return value
-
-
-def _validation_cache(value: Any) -> ValidationCache | None:
-    """``data.val_cache`` ({enabled, dir, max_gib}) → a cache, or None when it is off."""
-    if value is None:
-        return None
-    value = _plain(value)
-    if not isinstance(value, Mapping):
-        raise ValueError(f"data.val_cache must be a mapping (enabled, dir, max_gib), got {value!r}")
-    for name in value:
-        if name not in ("enabled", "dir", "max_gib"):
-            raise ValueError(
-                f"data.val_cache.{name} is not an option (known: dir, enabled, max_gib)"
-            )
-    if not _flag(value.get("enabled", True), "data.val_cache.enabled"):
-        return None
-    directory = value.get("dir")
-    if not isinstance(directory, (str, Path)) or not str(directory):
-        raise ValueError(f"data.val_cache.dir must be a folder path, got {directory!r}")
-    max_gib = value.get("max_gib", DEFAULT_MAX_GIB)
-    try:
-        return ValidationCache.with_max_gib(directory, max_gib)
-    except ValueError as error:
-        raise ValueError(f"data.val_cache.{error}") from None
-
-
-def _existing_dir(value: Any, key: str) -> Path:
-    if not isinstance(value, (str, Path)) or not str(value):
-        raise ValueError(f"{key} must be a folder path, got {value!r}")
-    path = Path(value)
-    if not path.is_dir():
-        raise ValueError(f"{key} does not exist or is not a folder: {path}")
-    return path
+    def cross_field_problems(self) -> list[tuple[str, str]]:
+        """Either ``synthetic`` or two existing folders give the data (run by the config checks)."""
+        if self.synthetic is not None:
+            return [
+                (key, f"must be null when data.synthetic is set, got '{folder}'")
+                for key, folder in (("train_dir", self.train_dir), ("val_dir", self.val_dir))
+                if folder is not None
+            ]
+        problems = []
+        for key, folder in (("train_dir", self.train_dir), ("val_dir", self.val_dir)):
+            if folder is None:
+                problems.append((key, "missing: a folder (images/, gt/), or set data.synthetic"))
+            elif not folder.is_dir():
+                problems.append((key, f"does not exist or is not a folder: {folder}"))
+        return problems
 
 
 class TextDetectionDataModule(L.LightningDataModule):
@@ -147,57 +157,59 @@ class TextDetectionDataModule(L.LightningDataModule):
         val_cache: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.image_size = _positive_int(image_size, "data.image_size", multiple_of=SIDE_MULTIPLE)
-        self.val_image_size = _positive_int(
-            val_image_size, "data.val_image_size", multiple_of=SIDE_MULTIPLE
+        settings = check_settings(
+            {
+                "train_dir": train_dir,
+                "val_dir": val_dir,
+                "synthetic": synthetic,
+                "data_root": data_root,
+                "image_size": image_size,
+                "val_image_size": val_image_size,
+                "batch_size": batch_size,
+                "val_batch_size": val_batch_size,
+                "num_workers": num_workers,
+                "pin_memory": pin_memory,
+                "persistent_workers": persistent_workers,
+                "prefetch_factor": prefetch_factor,
+                "strict": strict,
+                "augment": augment,
+                "targets": targets,
+                "val_cache": val_cache,
+            },
+            TextDetectionDataSettings,
+            key_prefix="data.",
+            source=source_of("data"),
         )
-        self.batch_size = _positive_int(batch_size, "data.batch_size")
-        self.val_batch_size = _positive_int(val_batch_size, "data.val_batch_size")
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"data.num_workers must be an integer >= 0, got {num_workers!r}")
-        self.num_workers = num_workers
-        self.pin_memory = _flag(pin_memory, "data.pin_memory")
-        self.persistent_workers = _flag(persistent_workers, "data.persistent_workers")
-        self.prefetch_factor = (
-            None
-            if prefetch_factor is None
-            else _positive_int(prefetch_factor, "data.prefetch_factor")
-        )
-        self.strict = _flag(strict, "data.strict")
-        self.data_root = Path(data_root)
-
-        self.synthetic: SyntheticTextConfig | None = None
-        self.train_dir: Path | None = None
-        self.val_dir: Path | None = None
-        if synthetic is not None:
-            for key, value in (("data.train_dir", train_dir), ("data.val_dir", val_dir)):
-                if value is not None:
-                    raise ValueError(
-                        f"{key} must be null when data.synthetic is set, got {value!r}"
-                    )
-            values = _plain(synthetic)
-            if not isinstance(values, Mapping):
-                raise ValueError(f"data.synthetic must be a mapping, got {values!r}")
-            self.synthetic = SyntheticTextConfig.from_mapping(values, key_prefix="data.synthetic")
-        else:
-            self.train_dir = _existing_dir(train_dir, "data.train_dir")
-            self.val_dir = _existing_dir(val_dir, "data.val_dir")
+        self.image_size = settings.image_size
+        self.val_image_size = settings.val_image_size
+        self.batch_size = settings.batch_size
+        self.val_batch_size = settings.val_batch_size
+        self.num_workers = settings.num_workers
+        self.pin_memory = settings.pin_memory
+        self.persistent_workers = settings.persistent_workers
+        self.prefetch_factor = settings.prefetch_factor
+        self.strict = settings.strict
+        self.data_root = settings.data_root
+        self.synthetic = settings.synthetic
+        # With synthetic data, the folders are known once the dataset is rendered.
+        self.train_dir = settings.train_dir
+        self.val_dir = settings.val_dir
 
         augment_options = _options(
-            augment,
+            settings.augment,
             "data.augment",
             _keyword_options(build_train_transform),
             "build_train_transform",
         )
         self.target_params = _options(
-            targets, "data.targets", _keyword_options(make_targets), "make_targets"
+            settings.targets, "data.targets", _keyword_options(make_targets), "make_targets"
         )
         try:
             self.train_transform = build_train_transform(self.image_size, **augment_options)
         except (TypeError, ValueError) as error:
             raise ValueError(f"data.augment: {error}") from None
         self.val_transform = build_val_transform(self.val_image_size)
-        self.val_cache = _validation_cache(val_cache)
+        self.val_cache = None if settings.val_cache is None else settings.val_cache.build()
         self.train_dataset: TextDetectionDataset | None = None
         self.val_dataset: TextDetectionDataset | None = None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -10,14 +9,12 @@ import torch
 from torch import nn
 
 from vramkit.core.oom.resilient_module import OOMResilientModule
-from vramkit.core.optim.lr_schedules import WarmupPolySchedule
+from vramkit.core.optim.scheduled_module import OptimizerFactory, ScheduledOptimization
 from vramkit.tasks.text_detection.icdar_eval import ImageCounts, match_image, summarize
 from vramkit.tasks.text_detection.postprocess import PostprocessConfig, boxes_from_probability
 
-OptimizerFactory = Callable[..., torch.optim.Optimizer]
 
-
-class TextDetectionModule(OOMResilientModule):
+class TextDetectionModule(ScheduledOptimization, OOMResilientModule):
     """Trains a DBNet and reports ``val/precision``, ``val/recall`` and ``val/hmean`` every epoch.
 
     Validation batches carry the original polygons and image sizes: the predicted probability
@@ -38,16 +35,9 @@ class TextDetectionModule(OOMResilientModule):
         self.save_hyperparameters(ignore=["net", "loss", "optimizer"])
         self.net = net
         self.loss = loss
-        self.optimizer_factory = optimizer
-        self.lr_schedule = WarmupPolySchedule(**(lr_schedule or {}))
+        self.init_optimization(optimizer, lr_schedule, compile=compile, network="net")
         self.postprocess = PostprocessConfig(**(postprocess or {}))
-        self.compile_net = compile
         self._val_counts: list[ImageCounts] = []
-
-    def configure_model(self) -> None:
-        # In place, so checkpoints keep the plain parameter names (no `_orig_mod.` prefix).
-        if self.compile_net:
-            self.net.compile()
 
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.net(images)
@@ -104,12 +94,6 @@ class TextDetectionModule(OOMResilientModule):
             all_boxes.append(boxes)
             all_scores.append(scores)
         return all_boxes, all_scores
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = self.optimizer_factory(params=self.parameters())
-        return self.lr_schedule.lightning_config(
-            optimizer, int(self.trainer.estimated_stepping_batches)
-        )
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, list]:
         """Boxes and scores per image, with the image names, for submission files."""

@@ -26,7 +26,7 @@ import socket
 import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+from vramkit.core.config.schema import check_fields, check_settings
+from vramkit.core.config.source import ConfigSource
 from vramkit.tasks.text_detection.icdar_format import DONT_CARE, write_ground_truth
 from vramkit.tasks.text_detection.text_renderer import TextRenderer
 
@@ -51,65 +53,60 @@ MAX_WORKERS = 8
 
 @dataclass(frozen=True)
 class SyntheticTextConfig:
-    """Parameters of the synthetic dataset; every field is part of the dataset's hash."""
+    """Parameters of the synthetic dataset (``data.synthetic``); every field is part of the
+    dataset's hash. Checked on construction, so equal parameters hash equal however written."""
 
-    seed: int = 0
-    num_train: int = 1500
-    num_val: int = 100
-    image_size: int = 320  # px, square images
-    words_per_image: tuple[int, int] = (3, 10)  # inclusive range
-    font_size: tuple[int, int] = (16, 48)  # px (em size), inclusive range
-    max_rotation_deg: float = 15.0  # most angles are near 0 (triangular distribution)
-    perspective: float = 0.1  # corner jitter as a fraction of the text height
-    line_probability: float = 0.4  # chance that a text unit is a line of 2-4 words
-    dont_care_probability: float = 0.2  # chance that an image also holds 1-3 ``###`` words
-    min_word_height: int = 10  # px; a word rendered shorter than this is marked ``###``
-    max_clutter_shapes: int = 6  # lines, boxes, ellipses, scribbles (not text) per image
-    jpeg_quality: int = 92
+    seed: int = field(default=0, metadata={"ge": 0})
+    """Seed of every image's random generator (with the split and the index)."""
+    num_train: int = field(default=1500, metadata={"ge": 1})
+    """Training images."""
+    num_val: int = field(default=100, metadata={"ge": 1})
+    """Validation images."""
+    image_size: int = field(default=320, metadata={"ge": 32})
+    """Side of the square images (px)."""
+    words_per_image: tuple[int, int] = field(default=(3, 10), metadata={"ge": 1})
+    """Text units per image, an inclusive range [low, high]."""
+    font_size: tuple[int, int] = field(default=(16, 48), metadata={"ge": 6})
+    """Font em size (px), an inclusive range [low, high]."""
+    max_rotation_deg: float = field(default=15.0, metadata={"ge": 0.0, "le": 90.0})
+    """Largest text rotation (degrees); most angles are near 0 (triangular distribution)."""
+    perspective: float = field(default=0.1, metadata={"ge": 0.0, "le": 0.5})
+    """Corner jitter as a fraction of the text height."""
+    line_probability: float = field(default=0.4, metadata={"ge": 0.0, "le": 1.0})
+    """Chance that a text unit is a line of 2-4 words."""
+    dont_care_probability: float = field(default=0.2, metadata={"ge": 0.0, "le": 1.0})
+    """Chance that an image also holds 1-3 ``###`` words."""
+    min_word_height: int = field(default=10, metadata={"ge": 1})
+    """Words rendered shorter than this (px) are marked ``###``."""
+    max_clutter_shapes: int = field(default=6, metadata={"ge": 0})
+    """Lines, boxes, ellipses, scribbles (not text) per image, at most."""
+    jpeg_quality: int = field(default=92, metadata={"ge": 1, "le": 100})
+    """JPEG quality of the written images (1-100)."""
 
     def __post_init__(self) -> None:
-        for name in ("words_per_image", "font_size"):
-            value = getattr(self, name)
-            if isinstance(value, (list, tuple)):
-                # Hydra hands lists over; the dataclass is frozen and hashable only with tuples.
-                object.__setattr__(self, name, tuple(value))
-        _check_int(self, "seed", minimum=0)
-        _check_int(self, "num_train", minimum=1)
-        _check_int(self, "num_val", minimum=1)
-        _check_int(self, "image_size", minimum=32)
-        _check_range(self, "words_per_image", minimum=1)
-        _check_range(self, "font_size", minimum=6)
-        for name, low, high in (
-            ("max_rotation_deg", 0.0, 90.0),
-            ("perspective", 0.0, 0.5),
-            ("line_probability", 0.0, 1.0),
-            ("dont_care_probability", 0.0, 1.0),
-        ):
-            _check_float(self, name, low, high)
-            # 20 and 20.0 are the same parameter and must give the same hash.
-            object.__setattr__(self, name, float(getattr(self, name)))
-        _check_int(self, "min_word_height", minimum=1)
-        _check_int(self, "max_clutter_shapes", minimum=0)
-        _check_int(self, "jpeg_quality", minimum=1)
-        if self.jpeg_quality > 100:
-            raise ValueError(f"jpeg_quality must be at most 100, got {self.jpeg_quality}")
+        # Hydra lists become tuples and ints in float fields floats: the dataclass stays
+        # hashable, and 20 and 20.0 give the same dataset hash.
+        check_fields(self)
+
+    def cross_field_problems(self) -> list[tuple[str, str]]:
+        """Ranges whose low end exceeds their high end (run by the config checks)."""
+        return [
+            (name, f"expected [low, high] with low <= high, got {list(getattr(self, name))}")
+            for name in ("words_per_image", "font_size")
+            if getattr(self, name)[0] > getattr(self, name)[1]
+        ]
 
     @classmethod
     def from_mapping(
-        cls, values: Mapping[str, Any], *, key_prefix: str = "synthetic"
+        cls,
+        values: Mapping[str, Any],
+        *,
+        key_prefix: str = "synthetic",
+        source: ConfigSource | None = None,
     ) -> SyntheticTextConfig:
-        """Build from a plain or Hydra mapping; errors name the key as ``<key_prefix>.<field>``."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"{key_prefix}.{unknown[0]} is not a synthetic dataset parameter "
-                f"(known: {', '.join(sorted(known))})"
-            )
-        try:
-            return cls(**dict(values))
-        except ValueError as error:
-            raise ValueError(f"{key_prefix}.{error}") from None
+        """Build from a plain or Hydra mapping; errors name the key as ``<key_prefix>.<field>``
+        and `source`'s file and overrides."""
+        return check_settings(values, cls, key_prefix=f"{key_prefix}.", source=source)
 
     def params(self) -> dict[str, Any]:
         """The parameters as JSON-ready values."""
@@ -128,33 +125,6 @@ class SyntheticTextConfig:
     def count(self, split: str) -> int:
         """Number of images in ``split`` ("train" or "val")."""
         return {"train": self.num_train, "val": self.num_val}[split]
-
-
-def _check_int(config: SyntheticTextConfig, name: str, *, minimum: int) -> None:
-    value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def _check_float(config: SyntheticTextConfig, name: str, low: float, high: float) -> None:
-    value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")
-
-
-def _check_range(config: SyntheticTextConfig, name: str, *, minimum: int) -> None:
-    value = getattr(config, name)
-    valid = (
-        isinstance(value, tuple)
-        and len(value) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        and minimum <= value[0] <= value[1]
-    )
-    if not valid:
-        raise ValueError(
-            f"{name} must be a pair [low, high] of integers with {minimum} <= low <= high, "
-            f"got {value!r}"
-        )
 
 
 def synthetic_dataset_dir(root: Path, config: SyntheticTextConfig) -> Path:

@@ -9,10 +9,12 @@ configs read them through interpolation (`${hw.precision}`, `${hw.batch_size}`, 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vramkit.core.hardware.detect import DeviceInfo, detect_profile, display_path, probe_device
@@ -25,13 +27,15 @@ from vramkit.core.hardware.profile import (
     override_key,
     validate_profile,
 )
+from vramkit.core.hardware.settled import mark_settled, settling
+from vramkit.core.planner.task_defaults import DEFAULTS_KEY, task_batch_default
 
-# The task states what an "auto" batch size means until the memory planner resolves it.
-_DEFAULTS_KEY = "batch_size_defaults"
 _DATA_DEFAULTS = (
     ("batch_size", "train"),
     ("val_batch_size", "val"),
 )
+
+log = logging.getLogger(__name__)
 
 
 def resolve_hardware(
@@ -40,6 +44,7 @@ def resolve_hardware(
     conf_dir: Path,
     device: DeviceInfo | None = None,
     plan_batches: bool = True,
+    check_device: bool = True,
 ) -> HardwareProfile:
     """Settle the run's hardware profile and write it into `cfg.hw`; return it.
 
@@ -50,7 +55,62 @@ def resolve_hardware(
     Raises `ProfileError` for an invalid profile or missing data defaults,
     `HardwareMismatchError` when a strict profile does not fit the device, and the planner's
     `DoesNotFitError` when not even one sample fits. Prints one line for each decision it takes
-    (detection, mapping, memory cap, auto batch sizes, accumulation).
+    (detection, mapping, memory cap, auto batch sizes, accumulation). With `check_device=False`
+    the profile is settled for its own hardware (a preview, as `--cfg job --resolve` shows it):
+    no device check and no memory cap. `cfg` is marked settled on return, so the
+    `${resolved_hw:…}` interpolations read `cfg.hw` from then on.
+    """
+    with settling(cfg):
+        profile = _settle(cfg, conf_dir, device, plan_batches, check_device)
+    mark_settled(cfg)
+    return profile
+
+
+def _settle(
+    cfg: DictConfig,
+    conf_dir: Path,
+    device: DeviceInfo | None,
+    plan_batches: bool,
+    check_device: bool,
+) -> HardwareProfile:
+    if check_device and device is None:
+        device = probe_device()
+    requested = requested_profile(cfg, conf_dir=conf_dir, device=device)
+    profile, source = requested.profile, requested.source
+    if check_device:
+        fit = check_profile(profile, device, source=source, detected=requested.detected)
+        if fit.problems:
+            _echo(
+                f"rehearsing {profile.name} on this machine (hw.strict=false; "
+                f"{'; '.join(fit.problems)}): {fit.mapping()}"
+            )
+        if fit.memory_cap is not None:
+            _echo(_memory_cap_line(fit.profile, device, apply_memory_cap(fit.profile, device)))
+        profile = fit.profile
+
+    planned = _planned_batch_sizes(cfg, profile) if plan_batches else profile
+    resolved = resolve_batch_sizes(planned, cfg, source)
+    with open_dict(cfg):
+        cfg.hw = dataclasses.asdict(resolved)
+    return resolved
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestedProfile:
+    """The profile a config asks for, validated, before any device check or planning."""
+
+    profile: HardwareProfile
+    source: ProfileSource  # the file (and overrides) its values came from, for messages
+    detected: bool  # True when no `+hw=` was given and the machine chose it
+
+
+def requested_profile(
+    cfg: DictConfig, *, conf_dir: Path, device: DeviceInfo | None = None
+) -> RequestedProfile:
+    """The `+hw=<name>` profile of `cfg`, or the one detected for `device` (probed when None).
+
+    A detected profile (with any `hw.*` keys given on top) is written into `cfg.hw`. Raises
+    `ProfileError` naming each bad key, its file and the command-line override that set it.
     """
     conf_dir = Path(conf_dir)
     hw_dir = conf_dir / "hw"
@@ -58,11 +118,8 @@ def resolve_hardware(
     choice, overrides = _hydra_hw_context()
     given = cfg.get("hw")
     detected = _needs_detection(given, choice)
-
     if detected:
-        if device is None:
-            device = probe_device()
-        detection = detect_profile(device, hw_dir, display_root=display_root)
+        detection = detect_profile(device or probe_device(), hw_dir, display_root=display_root)
         raw = detection.raw
         line = f"detected {detection.reason}"
         if given is not None:
@@ -74,28 +131,11 @@ def resolve_hardware(
         source = ProfileSource(detection.source.file, overrides)
     else:
         source = ProfileSource(_profile_file(choice, given, hw_dir, display_root), overrides)
-
-    profile = validate_profile(cfg.hw, source)
-    if device is None:
-        device = probe_device()
-    fit = check_profile(profile, device, source=source, detected=detected)
-    if fit.problems:
-        _echo(
-            f"rehearsing {profile.name} on this machine (hw.strict=false; "
-            f"{'; '.join(fit.problems)}): {fit.mapping()}"
-        )
-    if fit.memory_cap is not None:
-        _echo(_memory_cap_line(fit.profile, device, apply_memory_cap(fit.profile, device)))
-
-    planned = _planned_batch_sizes(cfg, fit.profile) if plan_batches else fit.profile
-    resolved = resolve_batch_sizes(planned, cfg.get(_DEFAULTS_KEY), source)
-    with open_dict(cfg):
-        cfg.hw = dataclasses.asdict(resolved)
-    return resolved
+    return RequestedProfile(validate_profile(cfg.hw, source), source, detected)
 
 
 def resolve_batch_sizes(
-    profile: HardwareProfile, defaults: DictConfig | None, source: ProfileSource
+    profile: HardwareProfile, cfg: DictConfig, source: ProfileSource
 ) -> HardwareProfile:
     """Replace "auto" batch sizes by the task's stated defaults and derive accumulation.
 
@@ -106,10 +146,10 @@ def resolve_batch_sizes(
     updates: dict[str, int] = {}
     for field, data_key in _DATA_DEFAULTS:
         if getattr(profile, field) == AUTO:
-            updates[field] = _data_default(defaults, data_key, field, source)
+            updates[field] = _data_default(cfg, data_key, field, source)
     if updates:
         taken = ", ".join(
-            f"{field} {updates[field]} ({_DEFAULTS_KEY}.{data_key})"
+            f"{field} {updates[field]} ({DEFAULTS_KEY}.{data_key})"
             for field, data_key in _DATA_DEFAULTS
             if field in updates
         )
@@ -157,20 +197,12 @@ def _planned_batch_sizes(cfg: DictConfig, profile: HardwareProfile) -> HardwareP
     )
 
 
-def _data_default(
-    defaults: DictConfig | None, data_key: str, field: str, source: ProfileSource
-) -> int:
-    value = defaults.get(data_key) if isinstance(defaults, DictConfig) else None
+def _data_default(cfg: DictConfig, data_key: str, field: str, source: ProfileSource) -> int:
+    value = task_batch_default(cfg, data_key)
     if value is None:
         raise ProfileError(
             f"hw.{field} is 'auto' ({source.where(field)}) but the task config has no "
-            f"{_DEFAULTS_KEY}.{data_key}: set hw.{field}=<int> or {_DEFAULTS_KEY}.{data_key}=<int>",
-            keys=(field,),
-        )
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ProfileError(
-            f"{_DEFAULTS_KEY}.{data_key} must be a positive int (hw.{field} is 'auto'), "
-            f"got {value!r}",
+            f"{DEFAULTS_KEY}.{data_key}: set hw.{field}=<int> or {DEFAULTS_KEY}.{data_key}=<int>",
             keys=(field,),
         )
     return value
@@ -228,5 +260,7 @@ def _memory_cap_line(profile: HardwareProfile, device: DeviceInfo, fraction: flo
     )
 
 
+@rank_zero_only
 def _echo(line: str) -> None:
-    print(f"hw: {line}", flush=True)
+    # A log record, not a print: `--cfg job` output stays plain YAML, and DDP says it once.
+    log.info("hw: %s", line)

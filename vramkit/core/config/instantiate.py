@@ -8,14 +8,19 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+from vramkit.core.config.legacy_targets import upgrade_targets
+
 log = logging.getLogger(__name__)
 
 
 def instantiate(node: DictConfig, **kwargs: Any) -> Any:
-    """Build the object a config node describes with ``_target_``; ``kwargs`` add to its fields."""
+    """Build the object a config node describes with ``_target_``; ``kwargs`` add to its fields.
+
+    ``_target_`` paths of vramkit's old layout still work (``legacy_targets``), with a warning.
+    """
     if "_target_" not in node:
         raise ValueError(f"config node has no _target_: keys are {sorted(node.keys())}")
-    return hydra.utils.instantiate(node, **kwargs)
+    return hydra.utils.instantiate(upgrade_targets(node), **kwargs)
 
 
 def instantiate_group(group: DictConfig | None) -> list[Any]:
@@ -30,5 +35,5 @@ def instantiate_group(group: DictConfig | None) -> list[Any]:
         if not isinstance(node, DictConfig) or "_target_" not in node:
             raise ValueError(f"{name}: a group entry needs a _target_, got {node!r}")
         log.debug("instantiating %s <%s>", name, node._target_)
-        objects.append(hydra.utils.instantiate(node))
+        objects.append(hydra.utils.instantiate(upgrade_targets(node)))
     return objects

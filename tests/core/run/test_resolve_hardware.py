@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,12 +17,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.hardware.device_check import HardwareMismatchError
 from vramkit.core.hardware.profile import ProfileError
-from vramkit.core.hardware.resolve import resolve_hardware
+from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.resolvers import register_resolvers
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 CPU_2 = DeviceInfo("cpu", "CPU", 16.0, None, count=0, cpu_count=2)
 T4 = DeviceInfo("cuda", "Tesla T4", 14.57, (7, 5), count=1, cpu_count=2)
 H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 79.19, (9, 0), count=1, cpu_count=16)
+register_resolvers()
 
 # A stand-in for conf/train.yaml that reads the profile the way the trainer and data configs do.
 PRIMARY = """\
@@ -34,18 +37,24 @@ batch_size_defaults:
   train: 8
   val: 16
 data:
-  batch_size: ${{hw.batch_size}}
-  val_batch_size: ${{hw.val_batch_size}}
-  num_workers: ${{hw.num_workers}}
-  pin_memory: ${{hw.pin_memory}}
+  batch_size: ${{resolved_hw:batch_size}}
+  val_batch_size: ${{resolved_hw:val_batch_size}}
+  num_workers: ${{resolved_hw:num_workers}}
+  pin_memory: ${{resolved_hw:pin_memory}}
 trainer:
-  accelerator: ${{hw.accelerator}}
-  devices: ${{hw.devices}}
-  precision: ${{hw.precision}}
-  accumulate_grad_batches: ${{hw.accumulate_grad_batches}}
+  accelerator: ${{resolved_hw:accelerator}}
+  devices: ${{resolved_hw:devices}}
+  precision: ${{resolved_hw:precision}}
+  accumulate_grad_batches: ${{resolved_hw:accumulate_grad_batches}}
 model:
-  compile: ${{hw.compile}}
+  compile: ${{resolved_hw:compile}}
 """
+
+
+@pytest.fixture(autouse=True)
+def hw_lines(caplog: pytest.LogCaptureFixture) -> None:
+    """The `hw:` decision lines are INFO records of vramkit's loggers."""
+    caplog.set_level(logging.INFO, logger="vramkit")
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +93,7 @@ def resolved(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def test_plus_hw_on_its_own_gpu_fills_every_interpolation(compose_hw, capsys):
+def test_plus_hw_on_its_own_gpu_fills_every_interpolation(compose_hw, caplog):
     cfg = compose_hw("+hw=t4")
     profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
     values = resolved(cfg)
@@ -98,30 +107,30 @@ def test_plus_hw_on_its_own_gpu_fills_every_interpolation(compose_hw, capsys):
     assert values["data"]["val_batch_size"] == 16 == profile.val_batch_size
     assert (values["data"]["num_workers"], values["data"]["pin_memory"]) == (2, True)
     assert values["model"]["compile"] is False
-    out = capsys.readouterr().out
+    out = caplog.text
     assert "batch_size 8 (batch_size_defaults.train)" in out
     assert "val_batch_size 16 (batch_size_defaults.val)" in out
 
 
-def test_without_hw_a_fake_t4_is_detected(compose_hw, capsys):
+def test_without_hw_a_fake_t4_is_detected(compose_hw, caplog):
     cfg = compose_hw()
     assert "hw" not in cfg
     profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
     assert profile.name == "t4"
     assert cfg.trainer.precision == "16-mixed"
-    lines = [line for line in capsys.readouterr().out.splitlines() if "detected" in line]
+    lines = [line for line in caplog.text.splitlines() if "detected" in line]
     assert len(lines) == 1
     assert "'Tesla T4'" in lines[0]
     assert "conf/hw/t4.yaml" in lines[0]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
-def test_without_hw_this_cpu_machine_gets_the_cpu_profile(compose_hw, capsys):
+def test_without_hw_this_cpu_machine_gets_the_cpu_profile(compose_hw, caplog):
     cfg = compose_hw()
     profile = resolve_hardware(cfg, conf_dir=CONF_DIR)
     assert profile.name == "cpu"
     assert resolved(cfg)["trainer"]["precision"] == "32-true"
-    assert "no CUDA device" in capsys.readouterr().out
+    assert "no CUDA device" in caplog.text
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
@@ -134,7 +143,7 @@ def test_plus_hw_t4_on_this_cpu_machine_is_refused(compose_hw):
         assert fragment in message
 
 
-def test_strict_false_rehearses_the_profile_on_the_cpu(compose_hw, capsys):
+def test_strict_false_rehearses_the_profile_on_the_cpu(compose_hw, caplog):
     cfg = compose_hw("+hw=t4", "hw.strict=false")
     profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=CPU_2)
     values = resolved(cfg)
@@ -142,17 +151,17 @@ def test_strict_false_rehearses_the_profile_on_the_cpu(compose_hw, capsys):
     assert values["trainer"]["precision"] == "32-true"
     assert values["data"]["pin_memory"] is False
     assert profile.name == "t4"
-    rehearsal = [line for line in capsys.readouterr().out.splitlines() if "rehearsing" in line]
+    rehearsal = [line for line in caplog.text.splitlines() if "rehearsing" in line]
     assert len(rehearsal) == 1
     assert "precision 16-mixed → 32-true" in rehearsal[0]
 
 
-def test_hw_keys_without_a_profile_refine_the_detected_one(compose_hw, capsys):
+def test_hw_keys_without_a_profile_refine_the_detected_one(compose_hw, caplog):
     cfg = compose_hw("+hw.batch_size=4")
     profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
     assert (profile.name, profile.batch_size, profile.val_batch_size) == ("t4", 4, 16)
     assert resolved(cfg)["data"]["batch_size"] == 4
-    assert "hw keys given on top: batch_size" in capsys.readouterr().out
+    assert "hw keys given on top: batch_size" in caplog.text
 
 
 def test_typo_in_plus_form_names_key_file_and_suggestion(compose_hw):
@@ -184,16 +193,16 @@ def test_wrong_type_names_the_key_the_type_and_the_file(compose_hw):
     assert "conf/hw/t4.yaml" in str(caught.value)
 
 
-def test_target_effective_batch_sets_accumulation(compose_hw, capsys):
+def test_target_effective_batch_sets_accumulation(compose_hw, caplog):
     cfg = compose_hw("+hw=t4", "hw.batch_size=6", "hw.target_effective_batch=64")
     profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
     assert profile.accumulate_grad_batches == 11  # ceil(64 / 6)
     assert resolved(cfg)["trainer"]["accumulate_grad_batches"] == 11
     assert (profile.batch_size, profile.val_batch_size) == (6, 16)
-    assert "accumulate_grad_batches 11" in capsys.readouterr().out
+    assert "accumulate_grad_batches 11" in caplog.text
 
 
-def test_a_larger_gpu_caps_the_process(compose_hw, monkeypatch, capsys):
+def test_a_larger_gpu_caps_the_process(compose_hw, monkeypatch, caplog):
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(
@@ -202,7 +211,7 @@ def test_a_larger_gpu_caps_the_process(compose_hw, monkeypatch, capsys):
     cfg = compose_hw("+hw=t4")
     resolve_hardware(cfg, conf_dir=CONF_DIR, device=H100)
     assert calls == [(pytest.approx(14.6 / 79.19), 0)]
-    assert "capping this process at 18.4%" in capsys.readouterr().out
+    assert "capping this process at 18.4%" in caplog.text
 
 
 def test_auto_batch_size_without_a_task_default_is_an_error():
