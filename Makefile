@@ -25,10 +25,10 @@ train: install  ## train the default job on the detected hardware (ARGS="+hw=t4 
 	$(PY) train.py $(ARGS)
 
 test: install  ## the whole test suite (under 10 minutes on 2 cores)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 test-fast: install  ## the suite without the end-to-end runs
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n 2 -m "not slow"
 
 bench: install  ## speed benchmarks; JSON results in benchmarks/results/ (under 10 minutes on 2 cores)
 	$(PY) -m benchmarks.run_all
