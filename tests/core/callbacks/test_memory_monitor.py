@@ -13,7 +13,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from vramkit.core.callbacks.memory_monitor import MemoryMonitor
-from vramkit.core.hardware.memory_stats import GIB, read_host_memory, reset_host_peak
+from vramkit.core.hardware.memory_stats import read_host_memory, reset_host_peak
+from vramkit.core.units import GIB
 
 VAL_EXTRA_BYTES = 384 * 2**20  # what each validation step holds on top of training
 

@@ -81,7 +81,7 @@ def test_the_run_eta_extrapolates_the_steps_done(monkeypatch):
     assert bar.run_eta_seconds(trainer) == pytest.approx(16.0)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm is Linux only")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status is Linux only")
 def test_resident_set_size_without_psutil_reads_proc(monkeypatch):
     monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil now raises ImportError
     rss = resident_set_gib()

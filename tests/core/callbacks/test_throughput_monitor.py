@@ -18,7 +18,6 @@ from torch.utils.data import DataLoader, Dataset
 from vramkit.core.callbacks import throughput_monitor as tm
 from vramkit.core.callbacks.throughput_monitor import (
     ThroughputMonitor,
-    batch_size_of,
     peak_tflops_for_precision,
 )
 
@@ -217,13 +216,6 @@ def test_marks_are_read_without_waiting_on_every_step(tmp_path, monkeypatch):
     assert device.waits <= 4
     assert monitor.measured_steps == 11  # every step is counted in the end
     assert len(_values(_perf_rows(tmp_path), "perf/train_samples_per_s")) >= 6
-
-
-def test_batch_size_is_the_first_tensors_leading_size():
-    batch = {"skipped": 1, "names": ["a", "b"], "image": torch.zeros(2, 3, 8, 8)}
-    assert batch_size_of(batch) == 2
-    assert batch_size_of([torch.zeros(5, 3), torch.zeros(4)]) == 5
-    assert batch_size_of({"skipped": 4}) == 0  # every image unreadable
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ from collections import namedtuple
 import pytest
 import torch
 
-from vramkit.core.oom.batch_split import batch_size_of, slice_batch
+from vramkit.core.data.batches import batch_size_of
+from vramkit.core.oom.batch_split import slice_batch
 from vramkit.core.oom.log_buffer import LogBuffer
 from vramkit.core.oom.policy import Action, decide, halve
 

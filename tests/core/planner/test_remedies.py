@@ -10,7 +10,7 @@ from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import TRAIN, plan_json, plan_table, plan_task
-from vramkit.core.planner.cuda_rules import GIB
+from vramkit.core.units import GIB
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 REQUESTED = (1024, 256)

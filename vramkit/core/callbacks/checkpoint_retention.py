@@ -20,7 +20,6 @@ is atomic, which `setup` checks.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
@@ -31,12 +30,12 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
-from rich.console import Console
-from rich.table import Table
 
 from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import source_of
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO, atomic_write_bytes, is_partial_write
+from vramkit.core.tables import render_table
+from vramkit.core.units import GIB, MIB
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +43,6 @@ PERIODIC_PREFIX = "periodic_epoch_"
 """File-name prefix of the periodic checkpoints: ``periodic_epoch_007.ckpt`` (0-based epoch)."""
 
 _PERIODIC_NAME = re.compile(rf"^{PERIODIC_PREFIX}(\d+)\.ckpt$")
-_GIB = 2**30
-_MIB = 2**20
 
 
 @dataclass(frozen=True)
@@ -204,7 +201,7 @@ class CheckpointRetention(L.Callback):
     def _prune_by_budget(self, trainer: L.Trainer) -> None:
         if self.budget_gib is None:
             return
-        budget_bytes = self.budget_gib * _GIB
+        budget_bytes = self.budget_gib * GIB
         total = _folder_bytes(self.folder)
         if total <= budget_bytes:
             return
@@ -223,7 +220,7 @@ class CheckpointRetention(L.Callback):
                 "checkpoint folder %s holds %.3f GiB, over its %g GiB budget, and every file "
                 "left is protected (best, last or resumed-from): raise budget_gib",
                 self.folder,
-                total / _GIB,
+                total / GIB,
                 self.budget_gib,
             )
 
@@ -231,7 +228,7 @@ class CheckpointRetention(L.Callback):
         size = path.lstat().st_size
         path.unlink(missing_ok=True)
         self.pruned.append(PrunedFile(name=path.name, size_bytes=size, reason=reason))
-        log.info("pruned %s (%.1f MiB): %s", path.name, size / _MIB, reason)
+        log.info("pruned %s (%.1f MiB): %s", path.name, size / MIB, reason)
         return size
 
     def storage_report(self, trainer: L.Trainer) -> dict[str, Any]:
@@ -248,7 +245,7 @@ class CheckpointRetention(L.Callback):
             "folder": str(self.folder),
             "total_bytes": total,
             "budget_gib": self.budget_gib,
-            "over_budget": self.budget_gib is not None and total > self.budget_gib * _GIB,
+            "over_budget": self.budget_gib is not None and total > self.budget_gib * GIB,
             "every_n_epochs": self.every_n_epochs,
             "keep_last": self.keep_last,
             "files": files,
@@ -335,22 +332,19 @@ def _writer_alive(path: Path) -> bool:
 
 
 def _render(report: dict[str, Any]) -> str:
-    table = Table(title=f"checkpoints in {report['folder']}")
-    table.add_column("file")
-    table.add_column("MiB", justify="right")
-    table.add_column("role / why pruned")
-    for entry in report["files"]:
-        table.add_row(entry["name"], f"{entry['bytes'] / _MIB:.1f}", entry["role"])
-    for entry in report["pruned"]:
-        table.add_row(
-            f"[strike]{entry['name']}[/strike]",
-            f"{entry['size_bytes'] / _MIB:.1f}",
-            f"pruned: {entry['reason']}",
-        )
-    for name in report["removed_partial_writes"]:
-        table.add_row(name, "", "removed: partial write of a killed run")
+    rows = [[e["name"], f"{e['bytes'] / MIB:.1f}", e["role"]] for e in report["files"]]
+    rows += [
+        [e["name"], f"{e['size_bytes'] / MIB:.1f}", f"pruned: {e['reason']}"]
+        for e in report["pruned"]
+    ]
+    rows += [
+        [n, "", "removed: partial write of a killed run"] for n in report["removed_partial_writes"]
+    ]
     budget = "no budget" if report["budget_gib"] is None else f"budget {report['budget_gib']:g} GiB"
-    table.caption = f"total {report['total_bytes'] / _GIB:.3f} GiB, {budget}"
-    buffer = io.StringIO()
-    Console(file=buffer, width=110, no_color=True).print(table)
-    return buffer.getvalue()
+    return render_table(
+        ["file", "MiB", "role / why pruned"],
+        rows,
+        title=f"checkpoints in {report['folder']}",
+        caption=f"total {report['total_bytes'] / GIB:.3f} GiB, {budget}",
+        left=["role / why pruned"],
+    )

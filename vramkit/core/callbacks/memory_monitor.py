@@ -8,16 +8,15 @@ from dataclasses import dataclass
 import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
-from rich.console import Console
-from rich.table import Table
 
 from vramkit.core.hardware.memory_stats import (
     MemoryReading,
-    gib,
     read_cuda_memory,
     read_host_memory,
     reset_host_peak,
 )
+from vramkit.core.tables import render_table
+from vramkit.core.units import gib
 
 log = logging.getLogger(__name__)
 
@@ -94,29 +93,28 @@ class MemoryMonitor(L.Callback):
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.summary and trainer.is_global_zero and any(r.epochs for r in self.records.values()):
-            Console().print(self.table())
+            print(self.table())
 
-    def table(self) -> Table:
-        """The run's memory per phase as a rich table (GiB)."""
+    def table(self) -> str:
+        """The run's memory per phase as a plain-text table (GiB)."""
         cuda = self._device is not None and self._device.type == "cuda"
         title = "Memory per phase (GiB)"
         if not cuda and not self._peak_resets:
             title += ": host peaks count from process start"
-        table = Table(title=title)
-        table.add_column("phase")
-        table.add_column("peak allocated" if cuda else "peak RSS", justify="right")
-        table.add_column("allocated at end" if cuda else "RSS at end", justify="right")
+        columns = ["phase", "peak allocated" if cuda else "peak RSS"]
+        columns.append("allocated at end" if cuda else "RSS at end")
         if cuda:
-            table.add_column("peak reserved", justify="right")
-        table.add_column("epochs", justify="right")
+            columns.append("peak reserved")
+        columns.append("epochs")
+        rows = []
         for phase, record in self.records.items():
             if record.run is None:
                 continue
             row = [phase, f"{gib(record.run.peak):.3f}", f"{gib(record.run.current):.3f}"]
             if cuda:
                 row.append(f"{gib(record.run.reserved_peak):.3f}")
-            table.add_row(*row, str(record.epochs))
-        return table
+            rows.append([*row, str(record.epochs)])
+        return render_table(columns, rows, title=title)
 
     def _read(self) -> MemoryReading | None:
         if self._device is not None and self._device.type == "cuda":

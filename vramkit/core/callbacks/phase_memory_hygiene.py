@@ -8,6 +8,7 @@ import logging
 import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.memory import garbage_collection_cuda
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +37,16 @@ class PhaseMemoryHygiene(L.Callback):
         self._clean("before testing")
 
     def _clean(self, when: str) -> None:
-        collected = gc.collect()
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         if cuda:
-            torch.cuda.empty_cache()
+            # Lightning's gc.collect() + empty_cache(), which survives an OOM while emptying.
+            garbage_collection_cuda()
             torch.cuda.reset_peak_memory_stats()
+        else:
+            gc.collect()
         self.cleanings += 1
         log.debug(
-            "memory hygiene %s: %d objects collected%s",
+            "memory hygiene %s: garbage collected%s",
             when,
-            collected,
             ", CUDA cache emptied, peaks reset" if cuda else "",
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -12,26 +11,14 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import RichProgressBar
 
-_GIB = 2**30
+from vramkit.core.hardware.memory_stats import read_host_memory
+from vramkit.core.units import GIB, gib
 
 
 def resident_set_gib() -> float | None:
-    """This process's resident set size (GiB): psutil when installed, else /proc/self/statm.
-
-    None where neither is available (no psutil on a system without /proc).
-    """
-    try:
-        import psutil
-    except ImportError:
-        psutil = None
-    if psutil is not None:
-        return psutil.Process().memory_info().rss / _GIB
-    try:
-        with open("/proc/self/statm") as handle:
-            resident_pages = int(handle.read().split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-    return resident_pages * os.sysconf("SC_PAGE_SIZE") / _GIB
+    """This process's resident set size (GiB); None where the system does not report it."""
+    reading = read_host_memory()
+    return None if reading is None else gib(reading.current)
 
 
 def memory_in_use(device: torch.device) -> str | None:
@@ -40,8 +27,8 @@ def memory_in_use(device: torch.device) -> str | None:
     Reading the CUDA allocator's counters does not synchronise the device.
     """
     if device.type == "cuda":
-        allocated = torch.cuda.memory_allocated(device) / _GIB
-        reserved = torch.cuda.memory_reserved(device) / _GIB
+        allocated = torch.cuda.memory_allocated(device) / GIB
+        reserved = torch.cuda.memory_reserved(device) / GIB
         return f"{allocated:.2f}/{reserved:.2f} GiB"
     rss = resident_set_gib()
     return None if rss is None else f"{rss:.2f} GiB rss"

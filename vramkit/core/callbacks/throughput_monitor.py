@@ -26,7 +26,6 @@ run is logged at the end of fitting.
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 from collections import deque
@@ -38,10 +37,11 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
-from rich.console import Console
-from rich.table import Table
 from torch._dynamo.eval_frame import OptimizedModule
 from torch.utils.flop_counter import FlopCounterMode
+
+from vramkit.core.data.batches import batch_size_of
+from vramkit.core.tables import render_table
 
 log = logging.getLogger(__name__)
 
@@ -67,27 +67,6 @@ def peak_tflops_for_precision(precision: str, peaks: Mapping[str, float | None])
     """
     field = _PEAK_FIELD_BY_PRECISION.get(str(precision))
     return None if field is None else peaks.get(field)
-
-
-def batch_size_of(batch: Any) -> int:
-    """Samples in a batch: the leading size of the first tensor found, depth first; 0 if none.
-
-    A text-detection batch whose images were all unreadable holds no tensor and counts 0.
-    """
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.ndim else 1
-    if isinstance(batch, Mapping):
-        values = batch.values()
-    elif isinstance(batch, list | tuple):
-        values = batch
-    else:
-        return 0
-    for value in values:
-        if isinstance(value, torch.Tensor | Mapping | list | tuple):
-            size = batch_size_of(value)
-            if size:
-                return size
-    return 0
 
 
 class StepClock(Protocol):
@@ -306,7 +285,7 @@ class ThroughputMonitor(L.Callback):
                 before=self._prev_end,
                 start=self._step_start,
                 end=end,
-                samples=batch_size_of(batch),
+                samples=batch_size_of(batch) or 0,
                 # the counting mode slows its step down: never a clean timing
                 measured=self._steps_seen > self.warmup_steps and not self._counting_this_step,
             )
@@ -335,7 +314,7 @@ class ThroughputMonitor(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
         if not trainer.sanity_checking:
-            self._val_samples += batch_size_of(batch)
+            self._val_samples += batch_size_of(batch) or 0
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or self._val_start is None:
@@ -470,26 +449,28 @@ class ThroughputMonitor(L.Callback):
             ("validation/training time per sample", "perf/val_train_time_ratio", "{:.2f}×"),
             ("model FLOPs utilisation", "perf/mfu", "{:.1%}"),
         ]
-        table = Table(title="throughput", show_header=True)
-        table.add_column("measure")
-        table.add_column("value", justify="right")
-        table.add_column("metric")
+        cells = []
         for label, key, fmt in rows:
             value = self.summary.get(key)
             text = "n/a" if value is None else fmt.format(value)
             if key == "perf/mfu" and value is None:
                 text = "n/a (no peak TFLOPS)" if self._peak is None else "n/a"
-            table.add_row(label, text, key)
+            cells.append([label, text, key])
         if self.flops_per_batch is not None:
-            table.add_row("FLOPs per training batch", f"{self.flops_per_batch / 1e9:.2f} G", "")
-        table.caption = (
+            cells.append(["FLOPs per training batch", f"{self.flops_per_batch / 1e9:.2f} G", ""])
+        caption = (
             f"{self._run.batches} training steps measured "
             f"(first {self.warmup_steps} left out; percentiles over the last "
             f"{min(self._run.batches, self.summary_window)})"
         )
-        buffer = io.StringIO()
-        Console(file=buffer, width=100, no_color=True).print(table)
-        return buffer.getvalue()
+        return render_table(
+            ["measure", "value", "metric"],
+            cells,
+            title="throughput",
+            caption=caption,
+            left=["metric"],
+            width=100,
+        )
 
 
 def _log_metrics(trainer: L.Trainer, metrics: dict[str, float], step: int | None = None) -> None:

@@ -25,6 +25,7 @@ from vramkit.core.hardware.profile import (
     ProfileSource,
     validate_profile,
 )
+from vramkit.core.units import GIB
 
 GENERIC_PROFILE_NAME = "generic"
 CPU_PROFILE_NAME = "cpu"
@@ -74,7 +75,7 @@ def usable_cpu_count() -> int:
 def host_memory_gib() -> float:
     """Physical host memory in GiB, 0.0 where the platform does not say."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
     except (AttributeError, ValueError, OSError):
         return 0.0
 
@@ -99,7 +100,7 @@ def probe_device() -> DeviceInfo:
     return DeviceInfo(
         kind="cuda",
         name=properties.name,
-        memory_gib=properties.total_memory / 2**30,
+        memory_gib=properties.total_memory / GIB,
         capability=(properties.major, properties.minor),
         count=torch.cuda.device_count(),
         cpu_count=cpu_count,

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import torch
 
-GIB = 2**30
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
@@ -74,8 +73,3 @@ def read_cuda_memory(device: torch.device) -> MemoryReading:
         current=torch.cuda.memory_allocated(device),
         reserved_peak=torch.cuda.max_memory_reserved(device),
     )
-
-
-def gib(size: int | None) -> float | None:
-    """Bytes in GiB (2**30 bytes)."""
-    return None if size is None else size / GIB

@@ -8,28 +8,6 @@ from typing import Any
 import torch
 
 
-def batch_size_of(batch: Any) -> int | None:
-    """The number of samples in ``batch``: the first dimension of its first tensor.
-
-    Tensors are searched depth-first through mappings, lists and tuples (a dict's keys in
-    order). Returns None when the batch holds no tensor with at least one dimension, for
-    example DBNet's ``{"skipped": n}`` batch whose images were all unreadable.
-    """
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
-    if isinstance(batch, Mapping):
-        items = batch.values()
-    elif isinstance(batch, (list, tuple)):
-        items = batch
-    else:
-        return None
-    for item in items:
-        size = batch_size_of(item)
-        if size is not None:
-            return size
-    return None
-
-
 def slice_batch(batch: Any, start: int, stop: int, size: int) -> Any:
     """Samples ``[start, stop)`` of a batch of ``size`` samples, with the batch's structure.
 

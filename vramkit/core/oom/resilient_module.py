@@ -33,7 +33,7 @@ from typing import Any
 
 import lightning as L
 
-from vramkit.core.oom.batch_split import batch_size_of
+from vramkit.core.data.batches import batch_size_of
 from vramkit.core.oom.guarded_steps import (
     LossWeight,
     OOMRecoveryState,

@@ -5,12 +5,12 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from vramkit.core.hardware.profile import AUTO, HardwareProfile
-from vramkit.core.planner.cuda_rules import GIB
 from vramkit.core.planner.errors import DoesNotFitError, PlanningError
 from vramkit.core.planner.plan import TRAIN
 from vramkit.core.planner.remedies import split_batch
 from vramkit.core.planner.task_defaults import DEFAULTS_KEY, task_batch_default
 from vramkit.core.planner.task_plan import MemoryPlan, plan_task
+from vramkit.core.units import GIB
 
 
 def _keep_effective_batch(

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-GIB = 2**30
-MIB = 2**20
+from vramkit.core.units import GIB, MIB
 
 ALLOCATION_GRANULE = 512
 """The CUDA caching allocator rounds every block up to a multiple of this many bytes."""

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vramkit.core.planner.batches import PhaseSamples, cast_floating, grow_batch
-from vramkit.core.planner.cuda_rules import GIB, TRUE_PRECISIONS
+from vramkit.core.planner.cuda_rules import TRUE_PRECISIONS
 from vramkit.core.planner.fake_trace import (
     FakeStepRecorder,
     StepTrace,
@@ -40,6 +40,7 @@ from vramkit.core.planner.recorder import (
 )
 from vramkit.core.planner.run_setup import RunSetup
 from vramkit.core.planner.subject import build_module, build_optimizer
+from vramkit.core.units import GIB
 
 TRAIN = "train"
 VAL = "val"

@@ -8,6 +8,8 @@ from vramkit.core.planner.cuda_rules import CUDA_CONTEXT_GIB, RESERVE_FACTOR
 from vramkit.core.planner.plan import PhasePlan
 from vramkit.core.planner.remedies import Remedy
 from vramkit.core.planner.task_plan import MemoryPlan
+from vramkit.core.tables import render_table
+from vramkit.core.units import GIB
 
 _ROWS = (
     ("parameters", "parameters"),
@@ -28,7 +30,7 @@ def _phase_json(phase: PhasePlan, budget_bytes: int | None) -> dict[str, Any]:
         "batch_size": phase.batch_size,
         "accumulate_grad_batches": phase.accumulate_grad_batches,
         "peak_gib": _gib(phase.peak_gib),
-        "max_allocated_gib": _gib(phase.predicted_max_allocated / 2**30),
+        "max_allocated_gib": _gib(phase.predicted_max_allocated / GIB),
         "fits": phase.fits(budget_bytes),
         "peak_at": phase.peak_at,
         "attention_kernels": list(phase.attention_kernels),
@@ -102,21 +104,13 @@ def plan_table(plan: MemoryPlan) -> str:
     budget = plan.budget_bytes
     train_label = _batch_label(plan.train, plan.train_searched, plan.train_limit, budget)
     val_label = _batch_label(plan.val, plan.val_searched, plan.val_limit, budget)
-    width = max(len(title) for _, title in _ROWS) + 2
-    lines = [
-        head,
-        budget_line,
-        f"{'GiB':<{width}}{'train ' + train_label:>30}{'val ' + val_label:>30}",
-    ]
     train_gib = plan.train.breakdown_gib()
     val_gib = plan.val.breakdown_gib()
-    for key, title in _ROWS:
-        lines.append(f"{title:<{width}}{train_gib[key]:>30.3f}{val_gib[key]:>30.3f}")
-    lines.append(
-        f"{'verdict':<{width}}{_verdict(plan.train.fits(budget)):>30}"
-        f"{_verdict(plan.val.fits(budget)):>30}"
-    )
-    lines.append(f"{'peak at':<{width}}{plan.train.peak_at:>30}{plan.val.peak_at:>30}")
+    rows = [[title, f"{train_gib[key]:.3f}", f"{val_gib[key]:.3f}"] for key, title in _ROWS]
+    rows.append(["verdict", _verdict(plan.train.fits(budget)), _verdict(plan.val.fits(budget))])
+    rows.append(["peak at", plan.train.peak_at, plan.val.peak_at])
+    breakdown = render_table(["GiB", f"train {train_label}", f"val {val_label}"], rows)
+    lines = [head, budget_line, breakdown]
     if plan.train.attention_kernels or plan.val.attention_kernels:
         kernels = ", ".join(sorted({*plan.train.attention_kernels, *plan.val.attention_kernels}))
         lines.append(f"attention kernel on this GPU: {kernels}")

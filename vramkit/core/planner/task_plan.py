@@ -18,11 +18,11 @@ from vramkit.core.config.instantiate import instantiate
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.hardware.settled import mark_settled
 from vramkit.core.planner.batches import PhaseSamples, sample_batches
-from vramkit.core.planner.cuda_rules import GIB
 from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan
 from vramkit.core.planner.remedies import Remedy, propose_remedies
 from vramkit.core.planner.run_setup import RunSetup
 from vramkit.core.planner.subject import swap_eight_bit_optimizer
+from vramkit.core.units import GIB
 
 # Batch sizes searched when the dataset does not say how many samples it has.
 _UNBOUNDED_BATCH = 4096

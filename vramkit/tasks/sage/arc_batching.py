@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from vramkit.core.data.loaders import build_loader
 from vramkit.tasks.sage.grid_tokens import NO_POSITION, PAD
 
 # sequence fields and the value that pads them; every other field has a fixed shape
@@ -115,11 +116,11 @@ def grid_loader(
     persistent_workers: bool = True,
 ) -> DataLoader:
     """A loader of length-bucketed, padded grid batches (see :class:`LengthBucketBatchSampler`)."""
-    return DataLoader(
+    return build_loader(
         dataset,
         batch_sampler=LengthBucketBatchSampler(lengths, batch_size, shuffle=shuffle),
         num_workers=num_workers,
         pin_memory=pin_memory,
-        persistent_workers=persistent_workers and num_workers > 0,
+        persistent_workers=persistent_workers,
         collate_fn=collate_grid_items,
     )

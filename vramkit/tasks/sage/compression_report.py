@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from vramkit.core.tables import render_table
 from vramkit.tasks.sage.arc_batching import collate_grid_items
 from vramkit.tasks.sage.arc_examples import INPUT_KEYS
 
@@ -120,10 +121,10 @@ def format_report(report: Mapping[str, Any]) -> str:
     """The report as a plain-text table with the ratios below it."""
     sizes = report["batch_sizes"]
     header = ["model", "parameters", *(f"ms @ batch {b}" for b in sizes), *SCORE_NAMES]
-    lines = [header]
+    rows = []
     for name, row in report["models"].items():
         scores = row["scores"] or {}
-        lines.append(
+        rows.append(
             [
                 name,
                 f"{row['parameters']:,}",
@@ -131,15 +132,7 @@ def format_report(report: Mapping[str, Any]) -> str:
                 *(_cell(scores.get(s), ".4f") for s in SCORE_NAMES),
             ]
         )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    text = [
-        "  ".join(
-            cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(line, widths, strict=True))
-        )
-        for line in lines
-    ]
-    text.insert(1, "  ".join("-" * w for w in widths))
+    text = [render_table(header, rows)]
     if "parameter_ratio" in report:
         latency = ", ".join(
             f"batch {b}: {_cell(report['latency_ratio'][str(b)], '.2f')}×" for b in sizes

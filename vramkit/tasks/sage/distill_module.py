@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from vramkit.core.optim.scheduled_module import OptimizerFactory
@@ -177,7 +178,9 @@ class SageDistillModule(GridModelModule):
         )
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / REPORT_NAME).write_text(json.dumps(report, indent=2))
-        print(f"SAGE compression report ({run_dir / REPORT_NAME}):\n{format_report(report)}")
+        rank_zero_info(
+            f"SAGE compression report ({run_dir / REPORT_NAME}):\n{format_report(report)}"
+        )
         return report
 
     def _load_teacher(self, info: Mapping[str, Any]) -> tuple[nn.Module | None, str | None]:

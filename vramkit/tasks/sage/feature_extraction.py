@@ -17,11 +17,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 from torch import nn
 
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.units import GIB
 from vramkit.tasks.sage.arc_batching import grid_loader
 from vramkit.tasks.sage.arc_examples import INPUT_KEYS
 from vramkit.tasks.sage.arc_feature_datamodule import STUDENT_TASK, SageFeatureDataModule
@@ -36,8 +38,9 @@ SPLITS = ("train", "val")
 AUTOCAST_DTYPES = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
 
 
+@rank_zero_only
 def _echo(line: str) -> None:
-    print(f"features: {line}", flush=True)
+    log.info("features: %s", line)
 
 
 def input_fields(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -74,7 +77,7 @@ def extract_teacher_features(
     item_bytes = 2 * width + 1  # fp16/bf16 features and the uint8 token of every position
     _echo(
         f"{sum(len(d) for d in datasets.values())} items, {tokens} tokens × {width} features "
-        f"→ {tokens * item_bytes / 2**30:.2f} GiB in {directory}"
+        f"→ {tokens * item_bytes / GIB:.2f} GiB in {directory}"
     )
     writer = FeatureCacheWriter(
         directory,
@@ -179,7 +182,7 @@ def run_extraction(cfg: DictConfig) -> Path:
         num_workers=int(cfg.hw.num_workers),
     )
     _echo(
-        f"wrote {manifest['bytes'] / 2**30:.2f} GiB to {directory} in "
+        f"wrote {manifest['bytes'] / GIB:.2f} GiB to {directory} in "
         f"{time.perf_counter() - start:.0f} s"
     )
     return directory

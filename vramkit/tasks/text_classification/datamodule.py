@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import source_of
 from vramkit.core.data.bad_lines import BadLine
+from vramkit.core.data.loaders import build_loader
 from vramkit.core.optional_dependency import import_optional
 from vramkit.tasks.text_classification.text_jsonl import LabelledText, read_labelled_texts
 from vramkit.tasks.text_classification.toy_data import (
@@ -248,13 +249,13 @@ class TextClassificationDataModule(L.LightningDataModule):
         return {f"{split}/bad_lines": len(lines) for split, lines in self._bad_lines.items()}
 
     def _loader(self, dataset: Dataset, batch_size: int, *, train: bool) -> DataLoader:
-        return DataLoader(
+        return build_loader(
             dataset,
             batch_size=batch_size,
             shuffle=train,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
-            persistent_workers=self.persistent_workers and self.num_workers > 0,
+            persistent_workers=self.persistent_workers,
             collate_fn=TokenizingCollate(self.tokenizer, self.max_length),
         )
 

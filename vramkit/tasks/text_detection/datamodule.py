@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import source_of
-from vramkit.core.data.loader_workers import init_loader_worker
+from vramkit.core.data.loaders import build_loader
 from vramkit.core.io.disk_cache import ValidationCacheSettings
 from vramkit.tasks.text_detection.augment import build_train_transform, build_val_transform
 from vramkit.tasks.text_detection.device_inputs import to_model_inputs
@@ -257,8 +257,7 @@ class TextDetectionDataModule(L.LightningDataModule):
             # as soon as it resizes or stops that pool, so the pool is stopped here, before any
             # fork: workers then run OpenCV on one thread each, as they should beside each other.
             cv2.setNumThreads(1)
-        workers = self.num_workers > 0
-        return DataLoader(
+        return build_loader(
             dataset,
             batch_size=batch_size,
             shuffle=train,
@@ -266,10 +265,9 @@ class TextDetectionDataModule(L.LightningDataModule):
             drop_last=train and len(dataset) >= batch_size,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
-            persistent_workers=self.persistent_workers and workers,
-            prefetch_factor=self.prefetch_factor if workers else None,
+            persistent_workers=self.persistent_workers,
+            prefetch_factor=self.prefetch_factor,
             collate_fn=collate_text_detection,
-            worker_init_fn=init_loader_worker if workers else None,
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -1,0 +1,46 @@
+"""The one builder of vramkit's DataLoaders: worker settings every task's loaders share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from vramkit.core.data.loader_workers import init_loader_worker
+
+
+def build_loader(
+    dataset: Dataset,
+    *,
+    collate_fn: Callable[[list[Any]], Any],
+    num_workers: int,
+    pin_memory: bool,
+    batch_size: int | None = None,
+    shuffle: bool = False,
+    drop_last: bool = False,
+    batch_sampler: Sampler[list[int]] | None = None,
+    persistent_workers: bool = True,
+    prefetch_factor: int | None = None,
+) -> DataLoader:
+    """A DataLoader of ``batch_size`` samples (or the batches of ``batch_sampler``).
+
+    With workers, every worker runs :func:`init_loader_worker` (freed memory kept for reuse,
+    Lightning's seeding) and, when ``persistent_workers``, lives across epochs, keeping what it
+    built; ``prefetch_factor`` batches each are prepared ahead (PyTorch's default when None).
+    Without workers those settings do not apply and are left out, as DataLoader requires.
+    """
+    workers = num_workers > 0
+    return DataLoader(
+        dataset,
+        batch_size=batch_size if batch_sampler is None else 1,
+        shuffle=shuffle if batch_sampler is None else False,
+        drop_last=drop_last if batch_sampler is None else False,
+        batch_sampler=batch_sampler,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers and workers,
+        prefetch_factor=prefetch_factor if workers else None,
+        collate_fn=collate_fn,
+        worker_init_fn=init_loader_worker if workers else None,
+    )
