@@ -63,7 +63,7 @@ def test_every_schema_field_has_a_docstring():
     assert documented == set(FIELD_NAMES)
 
 
-# name, memory GiB, capability, bf16, flash, fp16 TFLOPS, bandwidth GB/s (DESIGN.md and datasheets)
+# name, memory GiB, capability, bf16, flash, fp16 TFLOPS, bandwidth GB/s (README, datasheets)
 FACTS = [
     ("t4", 14.6, "7.5", False, False, 65.0, 320.0),
     ("rtx4090_laptop", 15.7, "8.9", True, True, 66.0, 576.0),

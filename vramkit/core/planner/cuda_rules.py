@@ -11,7 +11,8 @@ tensors) and applies these rules so that the numbers are the ones a CUDA run wou
 - optimizers default to their multi-tensor (`foreach`) implementation on CUDA, which
   allocates a parameter-sized temporary list during AdamW's step.
 
-The allowances are stated constants (DESIGN.md "Hardware facts"), not measurements of this run.
+The allowances are stated constants (README.md "Hardware facts behind the profiles", with
+their sources), not measurements of this run.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ ALLOCATION_GRANULE = 512
 
 RESERVE_FACTOR = 1.12
 """Reserved / allocated memory at a run's peak: the allocator's segments hold free gaps
-(fragmentation). DESIGN.md measures 1.07–1.17; the middle is planned, the profile's budget
-fraction is the headroom for the rest."""
+(fragmentation). Measured 1.07–1.17 (README "Hardware facts"); the middle is planned, the
+profile's budget fraction is the headroom for the rest."""
 
 CUDA_CONTEXT_GIB = 0.35
 """CUDA context and loaded kernels (0.3–0.4 GiB on the cards we target), outside the allocator."""
