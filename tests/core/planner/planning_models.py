@@ -178,3 +178,30 @@ IMAGE_DATA = {
     "train_length": 100_000,
     "val_length": 100_000,
 }
+
+
+class PaddedEncoder(L.LightningModule):
+    """A pre-norm `nn.TransformerEncoder` over padded sequences, like the SAGE student."""
+
+    def __init__(
+        self, optimizer: Any, width: int = 32, heads: int = 4, layers: int = 2, dropout: float = 0.1
+    ) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(
+            width, heads, 4 * width, dropout=dropout, batch_first=True, norm_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(width, CLASSES)
+        self.optimizer_factory = optimizer
+
+    def forward(self, tokens: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(tokens, src_key_padding_mask=padding).mean(dim=1))
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        return F.cross_entropy(self(batch["tokens"], batch["padding"]), batch["label"])
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self(batch["tokens"], batch["padding"]).argmax(dim=1)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.optimizer_factory(params=self.parameters())

@@ -45,6 +45,7 @@ from vramkit.core.planner.cuda_rules import (
     round_allocation,
 )
 from vramkit.core.planner.errors import PlanningError
+from vramkit.core.planner.fast_paths import InferenceFastPaths
 from vramkit.core.planner.optimizer_layouts import ZeroStage2Layout, state_tensors
 from vramkit.core.planner.recorder import (
     GRADIENTS,
@@ -88,6 +89,16 @@ class StepSemantics:
     def forward_region(self) -> contextlib.AbstractContextManager:
         """Lightning's `precision.forward_context()` for this run."""
         return self.autocast.region() if self.autocast is not None else contextlib.nullcontext()
+
+    def inference_fast_paths(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
+        """The GPU's inference fast path of `module`'s attention, for a validation step.
+
+        Only with a target GPU: a CPU run's own fast path is what a real CPU trace records.
+        """
+        if self.setup.device is None:
+            return contextlib.nullcontext()
+        autocast = autocast_dtype(self.setup.precision) is not None
+        return InferenceFastPaths(module, self.setup.device, autocast=autocast)
 
 
 @contextlib.contextmanager
@@ -332,6 +343,7 @@ def trace_validation(
                 torch.no_grad(),
                 recorder.phase("validation step"),
                 semantics.forward_region(),
+                semantics.inference_fast_paths(module),
             ):
                 module.validation_step(batch, 0)
     finally:
