@@ -44,6 +44,7 @@ from vramkit.core.planner.cuda_rules import (
     autocast_dtype,
     round_allocation,
 )
+from vramkit.core.planner.dropout_rules import CudaDropout
 from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.fast_paths import InferenceFastPaths
 from vramkit.core.planner.optimizer_layouts import ZeroStage2Layout, state_tensors
@@ -103,7 +104,8 @@ class StepSemantics:
 
 @contextlib.contextmanager
 def cuda_semantics(setup: RunSetup) -> Iterator[tuple[StepSemantics, CudaAttention | None]]:
-    """The CUDA rules of `setup` for CPU tensors, while inside: autocast and attention kernels.
+    """The CUDA rules of `setup` for CPU tensors, while inside: autocast, attention kernels and
+    fused dropout.
 
     Without a target device (CPU planning) nothing changes.
     """
@@ -115,6 +117,7 @@ def cuda_semantics(setup: RunSetup) -> Iterator[tuple[StepSemantics, CudaAttenti
             if lower is not None:
                 autocast = stack.enter_context(CudaAutocast(lower))
             attention = stack.enter_context(CudaAttention(setup.device))
+            stack.enter_context(CudaDropout())
         yield StepSemantics(setup, autocast), attention
 
 
