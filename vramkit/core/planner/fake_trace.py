@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,26 @@ from vramkit.core.planner.run_setup import RunSetup
 from vramkit.core.planner.subject import trainable_parameters
 
 _NOT_ATTACHED = "self.trainer` reference is not registered"
+# Ops that draw random numbers (aten names without overload).
+_RANDOM_OPS = frozenset(
+    {
+        "rand",
+        "rand_like",
+        "randn",
+        "randn_like",
+        "randint",
+        "randint_like",
+        "random_",
+        "uniform",
+        "uniform_",
+        "normal",
+        "normal_",
+        "bernoulli",
+        "bernoulli_",
+        "multinomial",
+        "exponential_",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -128,6 +149,11 @@ class FakeStepRecorder(StorageRecorder):
     True for a boolean, `scalar_stand_in` for a number (the largest element count in the batch,
     so a count that sizes a buffer, e.g. hard-negative mining's top-k, plans its worst case).
     Ops whose output size depends on values (`nonzero`, `masked_select`) plan the largest size.
+
+    A branch on a random draw has no worst case a stand-in could know: LayerDrop
+    (`if torch.rand([]) < layerdrop: skip the layer`, 0.1 by default in Wav2Vec2 / HuBERT) read
+    as True skipped every layer, and planned peaks came out 42-81% low. So reading a scalar that
+    derives from a random op stops the plan with a `PlanningError` saying what to set instead.
     """
 
     def __init__(self, *, scalar_stand_in: int, round_to_device: bool, keep_timeline: bool) -> None:
@@ -136,9 +162,32 @@ class FakeStepRecorder(StorageRecorder):
             keep_timeline=keep_timeline,
         )
         self.scalar_stand_in = scalar_stand_in
+        # Scalars drawn at random, or computed from such draws: id → weak reference.
+        self._random_scalars: dict[int, weakref.ref] = {}
 
     def run_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Run one op on fake tensors; data-dependent results get the stand-ins above."""
+        if func is torch.ops.aten._local_scalar_dense.default and self._is_random(args[0]):
+            raise PlanningError(
+                "the step branches on a random draw (e.g. LayerDrop: `if torch.rand([]) < p`), "
+                "whose worst case the planner cannot know; plan with that probability at 0 "
+                "(every layer runs, e.g. model.config.layerdrop=0)"
+            )
+        out = self._run_fake(func, args, kwargs)
+        if isinstance(out, torch.Tensor) and out.numel() <= 1:
+            name = func.__name__.split(".")[0]
+            inputs = tree_flatten((args, kwargs))[0]
+            if name in _RANDOM_OPS or any(self._is_random(value) for value in inputs):
+                self._random_scalars[id(out)] = weakref.ref(out)
+        return out
+
+    def _is_random(self, value: Any) -> bool:
+        if not self._random_scalars or not isinstance(value, torch.Tensor):
+            return False
+        reference = self._random_scalars.get(id(value))
+        return reference is not None and reference() is value
+
+    def _run_fake(self, func: Any, args: tuple, kwargs: dict) -> Any:
         try:
             return func(*args, **kwargs)
         except DataDependentOutputException:
