@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 
@@ -66,3 +67,5 @@ def test_the_table_and_json_say_what_does_not_fit_and_what_would(over_budget_pla
     assert data["train"]["batch_size"] == REQUESTED[0]
     assert data["remedies"][0]["fits"] is True
     assert data["remedies"][0]["train"]["peak_gib"] <= data["budget_gib"]
+    assert data["traced_versions"]["torch"] == torch.__version__
+    assert f"traced with torch {torch.__version__}" in table

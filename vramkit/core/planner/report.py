@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 from typing import Any
+
+import torch
 
 from vramkit.core.planner.cuda_rules import CUDA_CONTEXT_GIB, RESERVE_FACTOR
 from vramkit.core.planner.plan import PhasePlan
@@ -23,6 +27,18 @@ _ROWS = (
 
 def _gib(value: float) -> float:
     return round(value, 3)
+
+
+def traced_versions() -> dict[str, str]:
+    """The libraries whose code the plan traced: torch, and transformers when it is installed.
+
+    A model's saved tensors and buffers change between releases (e.g. GPT-NeoX's causal-mask
+    buffers), so a plan holds for these versions; a run on others may differ.
+    """
+    versions = {"torch": torch.__version__}
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        versions["transformers"] = importlib.metadata.version("transformers")
+    return versions
 
 
 def _phase_json(phase: PhasePlan, budget_bytes: int | None) -> dict[str, Any]:
@@ -69,6 +85,7 @@ def plan_json(plan: MemoryPlan) -> dict[str, Any]:
         },
         "traces": plan.traces,
         "seconds": round(plan.seconds, 2),
+        "traced_versions": traced_versions(),
     }
 
 
@@ -123,5 +140,6 @@ def plan_table(plan: MemoryPlan) -> str:
                 f"  {mark}  {remedy.name}: {remedy.train.peak_gib:.2f} / {remedy.val.peak_gib:.2f}"
                 f"  ({remedy.how})"
             )
-    lines.append(f"({plan.traces} traces in {plan.seconds:.1f} s)")
+    traced = ", ".join(f"{name} {version}" for name, version in traced_versions().items())
+    lines.append(f"({plan.traces} traces in {plan.seconds:.1f} s; traced with {traced})")
     return "\n".join(lines)
