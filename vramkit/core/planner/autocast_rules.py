@@ -248,12 +248,24 @@ class CudaAutocast:
             for name in registered_cpu_ops() - set(policies):
                 library.impl(name, torch.library.fallthrough_kernel, "AutocastCPU")
         self._library = library
+        # Real autocast empties its weight-cast cache whenever the outermost autocast region
+        # exits (torch/amp/autocast_mode.py, `__exit__`: `torch.clear_autocast_cache()` once
+        # `_decrement_autocast_nesting()` reaches 0), including the region that
+        # torch.utils.checkpoint opens to recompute a segment inside backward. The emulated
+        # cache follows every such clearing.
+        self._clear_real_cache = torch.clear_autocast_cache
+        torch.clear_autocast_cache = self._clear_caches
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._library is not None:
             self._library._destroy()
             self._library = None
+            torch.clear_autocast_cache = self._clear_real_cache
+        self._cache.clear()
+
+    def _clear_caches(self) -> None:
+        self._clear_real_cache()
         self._cache.clear()
 
     @contextlib.contextmanager
