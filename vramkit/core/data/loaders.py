@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vramkit.core.data.loader_workers import init_loader_worker
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderSettings:
+    """The ``data.*`` keys of every task's loaders (the hardware profile usually sets them)."""
+
+    batch_size: int = field(default=8, metadata={"gt": 0})
+    """Training samples per step and device."""
+    val_batch_size: int = field(default=8, metadata={"gt": 0})
+    """Validation samples per step and device."""
+    num_workers: int = field(default=0, metadata={"ge": 0})
+    """Loader worker processes; 0 loads in the training process."""
+    pin_memory: bool = False
+    """Page-locked host memory for faster host-to-GPU copies."""
+    persistent_workers: bool = True
+    """Loader workers, and what they built, live across epochs."""
 
 
 def build_loader(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import source_of
+from vramkit.core.data.loaders import LoaderSettings
 from vramkit.tasks.sage.arc_batching import grid_loader
 from vramkit.tasks.sage.arc_data import ArcDataSettings, load_examples
 from vramkit.tasks.sage.arc_examples import ArcExample
@@ -20,19 +21,8 @@ from vramkit.tasks.sage.grid_tokens import MAX_DEMOS
 
 
 @dataclass(frozen=True)
-class ArcDataModuleSettings(ArcDataSettings):
+class ArcDataModuleSettings(ArcDataSettings, LoaderSettings):
     """The ``data.*`` keys of an ARC datamodule: the data settings plus how they are loaded."""
-
-    batch_size: int = field(default=16, metadata={"gt": 0})
-    """Training sequences per step and device."""
-    val_batch_size: int = field(default=16, metadata={"gt": 0})
-    """Validation sequences per step and device."""
-    num_workers: int = field(default=0, metadata={"ge": 0})
-    """Loader worker processes; 0 loads in the training process."""
-    pin_memory: bool = False
-    """Page-locked host memory for faster host-to-GPU copies."""
-    persistent_workers: bool = True
-    """Loader workers live across epochs."""
 
     def data_settings(self) -> ArcDataSettings:
         """The settings the examples depend on (what the feature cache fingerprints)."""

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import source_of
 from vramkit.core.data.bad_lines import BadLine
-from vramkit.core.data.loaders import build_loader
+from vramkit.core.data.loaders import LoaderSettings, build_loader
 from vramkit.core.optional_dependency import import_optional
 from vramkit.tasks.text_classification.text_jsonl import LabelledText, read_labelled_texts
 from vramkit.tasks.text_classification.toy_data import (
@@ -30,7 +30,7 @@ _USER_FILES = ("train_file", "val_file", "tokenizer_dir")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TextClassificationDataSettings:
+class TextClassificationDataSettings(LoaderSettings):
     """The ``data.*`` keys of text classification, as the datamodule takes them."""
 
     train_file: Path | None = None
@@ -51,16 +51,6 @@ class TextClassificationDataSettings:
     """Padding id the model is told about."""
     max_length: int = field(default=128, metadata={"ge": 1})
     """Tokens per text: longer texts are cut, shorter ones padded."""
-    batch_size: int = field(default=8, metadata={"gt": 0})
-    """Training texts per step and device."""
-    val_batch_size: int = field(default=8, metadata={"gt": 0})
-    """Validation texts per step and device."""
-    num_workers: int = field(default=0, metadata={"ge": 0})
-    """Loader worker processes; 0 loads in the training process."""
-    pin_memory: bool = False
-    """Page-locked host memory for faster host-to-GPU copies."""
-    persistent_workers: bool = True
-    """Loader workers live across epochs."""
     strict: bool = False
     """True: a malformed JSONL line stops the run; false: it is skipped, named and counted."""
 

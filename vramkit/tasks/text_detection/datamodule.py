@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import source_of
-from vramkit.core.data.loaders import build_loader
+from vramkit.core.data.loaders import LoaderSettings, build_loader
 from vramkit.core.io.disk_cache import ValidationCacheSettings
 from vramkit.tasks.text_detection.augment import build_train_transform, build_val_transform
 from vramkit.tasks.text_detection.device_inputs import to_model_inputs
@@ -67,7 +67,7 @@ def _options(value: Any, key: str, known: set[str], owner: str) -> dict[str, Any
 
 
 @dataclass(frozen=True, kw_only=True)
-class TextDetectionDataSettings:
+class TextDetectionDataSettings(LoaderSettings):
     """The ``data.*`` keys of text detection, as :class:`TextDetectionDataModule` takes them."""
 
     train_dir: Path | None = None
@@ -82,16 +82,6 @@ class TextDetectionDataSettings:
     """Training crop side (px)."""
     val_image_size: int = field(default=640, metadata={"gt": 0, "multiple_of": SIDE_MULTIPLE})
     """Side validation images are resized to (px)."""
-    batch_size: int = field(default=8, metadata={"gt": 0})
-    """Training images per step and device."""
-    val_batch_size: int = field(default=8, metadata={"gt": 0})
-    """Validation images per step and device."""
-    num_workers: int = field(default=0, metadata={"ge": 0})
-    """Loader worker processes; 0 loads in the training process."""
-    pin_memory: bool = False
-    """Page-locked host memory for faster host-to-GPU copies."""
-    persistent_workers: bool = True
-    """Loader workers, and what they built, live across epochs."""
     prefetch_factor: int | None = field(default=None, metadata={"gt": 0})
     """Batches each loader worker prepares ahead; null: PyTorch's default (2)."""
     strict: bool = False
