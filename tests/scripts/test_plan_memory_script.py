@@ -44,3 +44,28 @@ def test_a_profile_typo_is_an_error_naming_the_key(plan_memory, capsys):
     error = capsys.readouterr().err
     assert status == 2
     assert "hw.precison" in error and "did you mean hw.precision?" in error
+
+
+def test_a_users_own_module_and_datamodule_are_planned(plan_memory, monkeypatch, capsys):
+    # The README's recipe: drop the task's model and data, name your own classes, and let the
+    # datamodule read the planned batch sizes through ${resolved_hw:…}.
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "core" / "planner"))
+    status = plan_memory.main(
+        [
+            "+hw=t4",
+            "~model",
+            "~data",
+            "+model._target_=planning_models.TinyConvClassifier",
+            "+model.optimizer={_target_:torch.optim.AdamW,_partial_:true}",
+            "+data._target_=planning_models.RandomImageDataModule",
+            "+data.batch_size=${resolved_hw:batch_size}",
+            "+data.val_batch_size=${resolved_hw:val_batch_size}",
+            "+data.train_length=64",
+            "+data.val_length=16",
+            "--json",
+        ]
+    )
+    plan = json.loads(capsys.readouterr().out)
+    assert status == 0 and plan["fits"] is True
+    assert (plan["train"]["batch_size"], plan["val"]["batch_size"]) == (64, 16)  # all fit
+    assert plan["optimizer"] == "AdamW" and plan["train"]["peak_gib"] > 0

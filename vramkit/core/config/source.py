@@ -10,6 +10,7 @@ import difflib
 from dataclasses import dataclass
 
 from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,17 @@ def closest(word: str, choices: tuple[str, ...] | list[str]) -> str | None:
     return matches[0] if matches else None
 
 
+def command_line_overrides() -> tuple[str, ...]:
+    """The running Hydra app's command-line overrides, as typed; () outside a Hydra app.
+
+    Read without resolving: an override may hold an interpolation (``data.batch_size=
+    ${resolved_hw:batch_size}``) that is the user's text here, not a value to compute.
+    """
+    if not HydraConfig.initialized():
+        return ()
+    return tuple(OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False))
+
+
 def source_of(group: str, *, node: str | None = None) -> ConfigSource:
     """The file and overrides of config group `group` ("data") in the running Hydra app.
 
@@ -58,7 +70,7 @@ def source_of(group: str, *, node: str | None = None) -> ConfigSource:
     scope = group if node is None else f"{group}.{node}"
     overrides = tuple(
         o
-        for o in hydra_cfg.overrides.task
+        for o in command_line_overrides()
         if override_key(o) == scope or override_key(o).startswith(f"{scope}.")
     )
     if choice is None:

@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from vramkit.core.config.source import command_line_overrides
 from vramkit.core.hardware.detect import DeviceInfo, detect_profile, display_path, probe_device
 from vramkit.core.hardware.device_check import apply_memory_cap, check_profile
 from vramkit.core.hardware.profile import (
@@ -227,7 +228,7 @@ def _hydra_hw_context() -> tuple[str | None, tuple[str, ...]]:
     choice = hydra_cfg.runtime.choices.get("hw")
     overrides = tuple(
         o
-        for o in hydra_cfg.overrides.task
+        for o in command_line_overrides()
         if override_key(o) == "hw" or override_key(o).startswith("hw.")
     )
     return choice, overrides

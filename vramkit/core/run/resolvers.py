@@ -57,9 +57,10 @@ def resolved_hw(key: str, _root_: DictConfig) -> Any:
         raise KeyError(f"resolved_hw: unknown hardware profile field {key!r}")
     if reads_hw_node(_root_):
         return _root_.hw[key]
-    if "hydra" in _root_:
-        # Still being composed (a job's config never holds Hydra's own node): a merge peeks at
-        # values before `+hw=` is merged; it must get an error, not a profile planned too early.
+    if "hydra" in _root_ or "paths" not in _root_:
+        # Not a composed job config: still being composed (a job's config never holds Hydra's
+        # own node; a merge peeks at values before `+hw=` is merged), or Hydra's record of the
+        # overrides. Either must get an error, not a profile planned too early.
         raise ValueError("resolved_hw is read once the config is composed")
     return getattr(_preview(_root_), key)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from hydra.core.hydra_config import HydraConfig
+from vramkit.core.config.source import command_line_overrides
 
 TEACHER_ENTRY = "train.py"
 FEATURES_ENTRY = "scripts/extract_teacher_features.py"
@@ -16,11 +16,9 @@ def suggest_command(entry: str, *, task: str) -> str:
     The overrides of the running command (``experiment=sage_small``, ``paths.…``) are repeated,
     so the suggested command makes the teacher or cache this run is looking for.
     """
-    overrides: list[str] = []
-    if HydraConfig.initialized():
-        overrides = [
-            override
-            for override in HydraConfig.get().overrides.task
-            if not override.lstrip("+~").startswith("task=")
-        ]
+    overrides = [
+        override
+        for override in command_line_overrides()
+        if not override.lstrip("+~").startswith("task=")
+    ]
     return shlex.join(["python", entry, f"task={task}", *overrides])
