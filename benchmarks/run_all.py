@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from benchmarks.record import REPO_ROOT, RESULTS_DIR
 
-BENCHMARKS = ("evaluation", "data_pipeline", "overhead", "validation_ratio")
+BENCHMARKS = ("evaluation", "data_pipeline", "overhead", "validation_ratio", "planner_field")
 
 
 def _headline(name: str, results: dict) -> tuple[str, str, bool]:
@@ -51,6 +51,16 @@ def _headline(name: str, results: dict) -> tuple[str, str, bool]:
             f"{results['overhead_pct']}%{noise}",
             f"<= {results['target_overhead_pct']}%",
             results["overhead_pct"] <= results["target_overhead_pct"],
+        )
+    if name == "planner_field":
+        allocated = results["allocated"]
+        return (
+            f"median |error| {allocated['median_abs_error_pct']}%, worst "
+            f"{allocated['worst_abs_error_pct']}% ({results['cases']} cases; OOM "
+            f"{results['oom_verdicts_correct']}/{results['oom_cases']})",
+            f"<= {results['target_median_abs_error_pct']:.0f}% / "
+            f"{results['target_worst_abs_error_pct']:.0f}%",
+            results["targets_met"],
         )
     return (
         f"{results['val_train_time_ratio']}",

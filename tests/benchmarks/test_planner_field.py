@@ -1,0 +1,92 @@
+"""The field benchmark's cases are complete and well-formed; one small case replays end to end."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import planner_field, run_all
+
+pytest.importorskip("transformers")
+
+CASES = planner_field.load_cases()
+
+
+def test_there_are_enough_cases_of_each_kind() -> None:
+    assert len(CASES) >= 20
+    assert len({case["id"] for case in CASES}) == len(CASES)
+    assert sum(case["run"]["phase"] == "train" for case in CASES) >= 6
+    assert sum((case["run"].get("seq_len") or 0) >= 1024 for case in CASES) >= 3
+    assert sum(case.get("oom") is not None for case in CASES) >= 2
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_every_case_is_complete_and_well_formed(case) -> None:
+    assert planner_field.case_problems(case) == []
+    path = planner_field.CASES_DIR / f"{case['id']}.json"
+    assert path.is_file(), "a case file is named after its id"
+    # What a source leaves out is said, never filled in silently.
+    for key, value in case["frameworks"].items():
+        assert value, f"frameworks.{key}: write 'not stated' rather than nothing"
+    if case["gpu"]["memory_gib"] is None:
+        assert any("GPU" in item for item in case["not_stated"])
+    # The model is rebuilt from the config name and fields alone.
+    from vramkit.tasks.hf_models.configs import build_config
+
+    build_config(case["model"]["config"], case["model"]["config_overrides"])
+
+
+def test_a_case_with_a_problem_is_reported() -> None:
+    case = dict(CASES[0], measured=[{"kind": "peak", "value": -1, "unit": "MB"}])
+    problems = planner_field.case_problems(case)
+    assert any("kind" in p for p in problems) and any("value" in p for p in problems)
+
+
+def test_one_small_case_replays_end_to_end() -> None:
+    case = next(case for case in CASES if case["id"] == "bert_base_mlm_rocm_b2_s16")
+    result = planner_field.replay(case)
+    kinds = {row["kind"]: row for row in result["comparisons"]}
+    assert set(kinds) == {"max_allocated", "max_reserved"}
+    assert kinds["max_reserved"]["predicted_gib"] > kinds["max_allocated"]["predicted_gib"]
+    for row in kinds.values():
+        assert abs(row["error_pct"]) < 50  # a sane replay; the benchmark reports the real error
+    summary = planner_field.summarize([result])
+    assert summary["allocated"]["count"] == 1
+    text = planner_field.table([result], summary)
+    assert "bert_base_mlm_rocm_b2_s16" in text and "max_allocated" in text
+
+
+def test_the_summary_judges_oom_verdicts_and_targets() -> None:
+    results = [
+        {"comparisons": [{"kind": "max_allocated", "error_pct": 4.0}]},
+        {"comparisons": [{"kind": "max_allocated", "error_pct": -30.0}]},
+        {
+            "comparisons": [{"kind": "oom_lower_bound", "predicted_exceeds": True}],
+            "oom_verdict": {"correct": True},
+        },
+    ]
+    summary = planner_field.summarize(results)
+    assert summary["allocated"] == {
+        "count": 2,
+        "median_abs_error_pct": 17.0,
+        "worst_abs_error_pct": 30.0,
+    }
+    assert summary["targets_met"] is False
+    assert (summary["oom_cases"], summary["oom_verdicts_correct"]) == (1, 1)
+    assert summary["oom_lower_bounds_exceeded"] == 1
+
+
+def test_run_all_knows_the_field_benchmark() -> None:
+    assert "planner_field" in run_all.BENCHMARKS
+    value, _, met = run_all._headline(
+        "planner_field",
+        {
+            "allocated": {"median_abs_error_pct": 5.0, "worst_abs_error_pct": 20.0},
+            "cases": 21,
+            "oom_cases": 4,
+            "oom_verdicts_correct": 3,
+            "target_median_abs_error_pct": 10.0,
+            "target_worst_abs_error_pct": 25.0,
+            "targets_met": True,
+        },
+    )
+    assert "5.0%" in value and "OOM 3/4" in value and met is True
