@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,9 +38,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from benchmarks.model_code import ensure_release
 from benchmarks.record import REPO_ROOT, write_result
 from vramkit.core.planner.batches import PhaseSamples, sample_batches
-from vramkit.core.planner.cuda_rules import CUDA_CONTEXT_GIB, DeviceRules
+from vramkit.core.planner.cuda_rules import DeviceRules
 from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan
 from vramkit.core.planner.run_setup import RunSetup
 from vramkit.core.units import GIB
@@ -178,6 +182,7 @@ def run_setup(case: dict[str, Any]) -> RunSetup:
         capability=capability,
         flash_attention=bool(gpu["flash_attention"]),
         mem_efficient_attention=bool(gpu.get("mem_efficient_attention", True)),
+        lazy_module_loading=bool(gpu.get("lazy_module_loading", True)),
     )
     return RunSetup(
         precision=run["precision"],
@@ -188,12 +193,12 @@ def run_setup(case: dict[str, Any]) -> RunSetup:
     )
 
 
-def predicted_bytes(kind: str, plan: PhasePlan) -> int:
+def predicted_bytes(kind: str, plan: PhasePlan, setup: RunSetup) -> int:
     """What the plan says a figure of `kind` reads."""
     if kind in ("max_allocated", "oom_lower_bound"):
         return plan.predicted_max_allocated
     if kind == "max_reserved":
-        return plan.peak - round(CUDA_CONTEXT_GIB * GIB)
+        return plan.peak - setup.device.cuda_context_bytes()
     if kind == "nvml":
         return plan.peak
     raise ValueError(f"unknown measurement kind {kind!r}")
@@ -226,7 +231,7 @@ def replay(case: dict[str, Any]) -> dict[str, Any]:
     comparisons = []
     for figure in case["measured"]:
         measured = figure["value"] * UNITS[figure["unit"]]
-        predicted = predicted_bytes(figure["kind"], plan)
+        predicted = predicted_bytes(figure["kind"], plan, setup)
         row = {
             "kind": figure["kind"],
             "measured_gib": round(measured / GIB, 3),
@@ -240,6 +245,7 @@ def replay(case: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "id": case["id"],
         "source": case["source"].get("url") or case["source"]["repo"],
+        "transformers": _installed_transformers(),
         "gpu": case["gpu"]["name"],
         "settings": _settings(case),
         "peak_at": plan.peak_at,
@@ -371,10 +377,62 @@ def table(results: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _installed_transformers() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def replay_all(cases: list[dict[str, Any]], *, model_code: str) -> list[dict[str, Any]]:
+    """Replay `cases` in order; with `model_code="source"`, each with the transformers release its
+    case names (`frameworks.replay_transformers`), in a subprocess that imports that release."""
+    by_release: dict[str, list[str]] = {}
+    if model_code == "source":
+        installed = _installed_transformers()
+        for case in cases:
+            release = case["frameworks"].get("replay_transformers")
+            if release and release != installed:
+                by_release.setdefault(release, []).append(case["id"])
+    elsewhere: dict[str, dict[str, Any]] = {}
+    for release, ids in by_release.items():
+        folder = ensure_release(release)
+        if folder is None:
+            print(f"transformers {release} unavailable: its cases replay with the installed one")
+            continue
+        elsewhere.update({result["id"]: result for result in _replay_with(folder, ids)})
+    results = []
+    for case in cases:
+        if case["id"] not in elsewhere:
+            print(f"replaying {case['id']} ...", flush=True)
+        results.append(elsewhere.get(case["id"]) or replay(case))
+    return results
+
+
+def _replay_with(folder: Path, ids: list[str]) -> list[dict[str, Any]]:
+    """Replay the cases `ids` in a subprocess whose `transformers` is the one in `folder`."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "results.json"
+        command = [sys.executable, "-m", "benchmarks.planner_field", "--model-code", "installed"]
+        command += [arg for case_id in ids for arg in ("--case", case_id)]
+        command += ["--no-write", "--results-to", str(out)]
+        paths = [str(folder), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        subprocess.run(command, check=True, env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+        return json.loads(out.read_text())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", help="replay only this case id (repeatable)")
     parser.add_argument("--no-write", action="store_true", help="do not write the result file")
+    parser.add_argument(
+        "--model-code",
+        choices=("source", "installed"),
+        default="source",
+        help="source: each case with the transformers release it was measured with "
+        "(frameworks.replay_transformers); installed: every case with this environment's",
+    )
+    parser.add_argument("--results-to", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     started = time.perf_counter()
     cases = load_cases()
@@ -390,14 +448,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{NAME}: unknown case {unknown[0]!r}", file=sys.stderr)
             return 2
         cases = [case for case in cases if case["id"] in args.case]
-    results = []
-    for case in cases:
-        print(f"replaying {case['id']} ...", flush=True)
-        results.append(replay(case))
+    results = replay_all(cases, model_code=args.model_code)
+    if args.results_to is not None:
+        args.results_to.write_text(json.dumps(results))
+        return 0
     summary = summarize(results)
     print(table(results, summary))
     if not args.no_write:
-        numbers = {**summary, "results": results}
+        numbers = {**summary, "model_code": args.model_code, "results": results}
         path = write_result(NAME, numbers, started=started)
         print(f"\nwritten {path}")
     return 0

@@ -90,3 +90,25 @@ def test_run_all_knows_the_field_benchmark() -> None:
         },
     )
     assert "5.0%" in value and "OOM 3/4" in value and met is True
+
+
+def test_a_pinned_release_brings_its_own_dependency_pins() -> None:
+    from benchmarks.model_code import _dependency_pins, release_dir
+
+    table = (
+        '"tokenizers": "tokenizers>=0.20,<0.21",\n'
+        '    "huggingface-hub": "huggingface-hub>=0.23.2,<1.0",'
+    )
+    assert _dependency_pins(table) == {
+        "tokenizers": "tokenizers>=0.20,<0.21",
+        "huggingface-hub": "huggingface-hub>=0.23.2,<1.0",
+    }
+    assert release_dir("4.46.3").name == "transformers-4.46.3"
+
+
+def test_cases_replayed_with_an_older_release_say_which_and_why() -> None:
+    pinned = [case for case in CASES if case["frameworks"].get("replay_transformers")]
+    assert pinned, "the OPT and GPT-2 cases replay the release they were measured with"
+    for case in pinned:
+        assert case["frameworks"]["replay_transformers"].count(".") == 2
+        assert case["frameworks"].get("replay_transformers_why")

@@ -37,6 +37,10 @@ def test_json_plan_of_the_default_task_on_a_t4(plan_memory, shared_data_dir, cap
         breakdown = plan[phase]["breakdown"]
         assert breakdown["parameters"] > 0 and breakdown["optimizer_state"] > 0
         assert plan[phase]["peak_gib"] == breakdown["total"] <= plan["budget_gib"]
+        holders = plan[phase]["peak_holders"]
+        assert holders and {"where", "kind", "gib", "tensors", "largest_shape"} <= set(holders[0])
+        assert sum(h["gib"] for h in holders) <= breakdown["total"] - breakdown["overhead"] + 1e-3
+    assert plan["allowances"]["cuda_context_gib"] == 0.6  # lazy module loading (cuda_rules.py)
 
 
 def test_a_profile_typo_is_an_error_naming_the_key(plan_memory, capsys):

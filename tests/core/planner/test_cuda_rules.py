@@ -139,3 +139,34 @@ def test_tensors_without_a_storage_are_left_out_of_the_count():
     recorder.register([sparse, dense, None], "inputs")
     assert recorder.current == 256  # the dense tensor only; the sparse one has no storage
     recorder.close()
+
+
+def test_the_cuda_context_follows_module_loading(monkeypatch):
+    lazy = DeviceRules(capability=(7, 5), flash_attention=False, mem_efficient_attention=True)
+    eager = DeviceRules(
+        capability=(7, 0),
+        flash_attention=False,
+        mem_efficient_attention=True,
+        lazy_module_loading=False,
+    )
+    # Measured: 0.60 GiB (A10G, lazy) and 1343 MiB (V100, eager); see cuda_rules.py.
+    assert lazy.cuda_context_bytes() == round(0.60 * GIB)
+    assert eager.cuda_context_bytes() == 1343 * 2**20
+    assert (
+        eager.overhead_bytes(GIB, backward=True, convolutions=False)
+        - lazy.overhead_bytes(GIB, backward=True, convolutions=False)
+        == eager.cuda_context_bytes() - lazy.cuda_context_bytes()
+    )
+
+
+def test_module_loading_is_read_from_the_environment_and_the_cuda_version(monkeypatch):
+    from vramkit.core.planner.cuda_rules import lazy_module_loading
+
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.delenv("CUDA_MODULE_LOADING", raising=False)
+    assert lazy_module_loading() is True
+    monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
+    assert lazy_module_loading() is False
+    monkeypatch.delenv("CUDA_MODULE_LOADING")
+    monkeypatch.setattr(torch.version, "cuda", "11.6")
+    assert lazy_module_loading() is False

@@ -54,3 +54,38 @@ def test_dropout_masks_are_not_draws_the_step_branches_on():
     _run(
         lambda: nn.Sequential(nn.Linear(64, 64), nn.Dropout(0.5), nn.Linear(64, 1)), read_loss=True
     )
+
+
+class AlwaysDrawingLayerDrop(nn.Module):
+    """transformers 4.x OPT: draws in training even when `layerdrop` is 0, then compares."""
+
+    def __init__(self, layerdrop: float) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(64, 64) for _ in range(4))
+        self.layerdrop = layerdrop
+        self.ran = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            if torch.rand([]) < self.layerdrop:
+                continue
+            self.ran += 1
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize(("layerdrop", "layers_run"), [(0.0, 4), (1.0, 0)])
+def test_a_draw_whose_range_settles_the_comparison_is_answered(layerdrop, layers_run):
+    model_holder = {}
+
+    def build() -> nn.Module:
+        model_holder["model"] = AlwaysDrawingLayerDrop(layerdrop)
+        return model_holder["model"]
+
+    _run(build)
+    assert model_holder["model"].ran == layers_run
+
+
+def test_a_draw_compared_inside_its_range_still_stops_the_plan():
+    with pytest.raises(PlanningError, match="random draw"):
+        _run(lambda: AlwaysDrawingLayerDrop(layerdrop=0.5))

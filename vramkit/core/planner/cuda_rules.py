@@ -17,6 +17,7 @@ their sources), not measurements of this run.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -31,8 +32,17 @@ RESERVE_FACTOR = 1.12
 (fragmentation). Measured 1.07–1.17 (README "Hardware facts"); the middle is planned, the
 profile's budget fraction is the headroom for the rest."""
 
-CUDA_CONTEXT_GIB = 0.35
-"""CUDA context and loaded kernels (0.3–0.4 GiB on the cards we target), outside the allocator."""
+CUDA_CONTEXT_GIB = 0.60
+"""CUDA context, loaded kernels and library handles outside the caching allocator, with lazy
+module loading: NVML "used" minus `max_memory_reserved` read 0.60 GiB on an A10G in every
+optimum-benchmark CUDA report (PyTorch 2.x). PyTorch sets `CUDA_MODULE_LOADING=LAZY` unless the
+user did (`aten/src/ATen/cuda/detail/CUDAHooks.cpp`, `initCUDA`); lazy loading shipped in CUDA 11.7
+(CUDA C++ Programming Guide, "Lazy Loading")."""
+
+CUDA_CONTEXT_EAGER_GIB = 1343 / 1024
+"""The same with every kernel loaded at start-up (CUDA before 11.7, or `CUDA_MODULE_LOADING=EAGER`):
+1343 MiB measured by `torch.ones((1, 1)).to("cuda")` on a V100 (transformers docs, "Model training
+anatomy")."""
 
 CUBLAS_WORKSPACE_BYTES_SM90 = 32 * MIB
 """cuBLAS workspace per handle on Hopper (sm_90+), allocated through the caching allocator."""
@@ -68,6 +78,19 @@ EFFICIENT = "efficient"
 MATH = "math"
 
 
+def lazy_module_loading() -> bool:
+    """Whether this process's CUDA would load kernels lazily (see `CUDA_CONTEXT_GIB`).
+
+    A CPU build (no CUDA version) plans for a current CUDA build, which loads lazily.
+    """
+    if os.environ.get("CUDA_MODULE_LOADING", "LAZY").upper() == "EAGER":
+        return False
+    if torch.version.cuda is None:
+        return True
+    major, minor = (int(part) for part in torch.version.cuda.split(".")[:2])
+    return (major, minor) >= (11, 7)
+
+
 def round_allocation(nbytes: int) -> int:
     """Bytes the CUDA caching allocator hands out for a request of `nbytes` (0 stays 0)."""
     if nbytes <= 0:
@@ -95,6 +118,14 @@ class DeviceRules:
     """PyTorch's flash SDPA kernel is available (sm_80+)."""
     mem_efficient_attention: bool
     """PyTorch's memory-efficient SDPA kernel is available."""
+    lazy_module_loading: bool = True
+    """CUDA loads kernels on first use (CUDA >= 11.7 and PyTorch's default); False for older
+    CUDA or `CUDA_MODULE_LOADING=EAGER`, whose context is twice as large."""
+
+    def cuda_context_bytes(self) -> int:
+        """Device memory the CUDA context and libraries hold outside the allocator (bytes)."""
+        gib = CUDA_CONTEXT_GIB if self.lazy_module_loading else CUDA_CONTEXT_EAGER_GIB
+        return round(gib * GIB)
 
     def cublas_workspace_bytes(self) -> int:
         """cuBLAS workspace of one handle (bytes) on this capability."""
@@ -121,7 +152,7 @@ class DeviceRules:
         in_blocks = allocated_peak + self.workspace_bytes(
             backward=backward, convolutions=convolutions
         )
-        return round(CUDA_CONTEXT_GIB * GIB + RESERVE_FACTOR * in_blocks) - allocated_peak
+        return self.cuda_context_bytes() + round(RESERVE_FACTOR * in_blocks) - allocated_peak
 
     def sdpa_backend(
         self,

@@ -48,7 +48,8 @@ from vramkit.core.planner.cuda_rules import (
 from vramkit.core.planner.dropout_rules import CudaDropout
 from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.fast_paths import InferenceFastPaths
-from vramkit.core.planner.optimizer_layouts import ZeroStage2Layout, state_tensors
+from vramkit.core.planner.optimizer_layouts import ZeroStage2Layout
+from vramkit.core.planner.peak_holders import Holder
 from vramkit.core.planner.recorder import (
     GRADIENTS,
     INPUTS,
@@ -61,6 +62,9 @@ from vramkit.core.planner.subject import trainable_parameters
 
 _NOT_ATTACHED = "self.trainer` reference is not registered"
 # Ops that draw random numbers (aten names without overload).
+_UNIT_INTERVAL_OPS = frozenset({"rand", "rand_like"})
+"""Random ops whose draws lie in [0, 1) (`torch.rand`)."""
+_COMPARISONS = frozenset({"lt", "le", "gt", "ge"})
 _RANDOM_OPS = frozenset(
     {
         "rand",
@@ -97,6 +101,8 @@ class StepTrace:
     """The SDPA kernel each attention call would run on the target GPU."""
     timeline: tuple[int, ...]
     """Live bytes after every op that changed them (empty unless asked for)."""
+    holders: tuple[Holder, ...] = ()
+    """The largest groups of tensors live at the peak, by module and kind."""
 
 
 class StepSemantics:
@@ -154,6 +160,9 @@ class FakeStepRecorder(StorageRecorder):
     (`if torch.rand([]) < layerdrop: skip the layer`, 0.1 by default in Wav2Vec2 / HuBERT) read
     as True skipped every layer, and planned peaks came out 42-81% low. So reading a scalar that
     derives from a random op stops the plan with a `PlanningError` saying what to set instead.
+    A comparison whose answer the draw's range decides is answered: `torch.rand([]) < 0.0` is
+    False for every draw in [0, 1), so LayerDrop at probability 0 (transformers 4.x OPT draws
+    even then) plans every layer.
     """
 
     def __init__(self, *, scalar_stand_in: int, round_to_device: bool, keep_timeline: bool) -> None:
@@ -164,9 +173,18 @@ class FakeStepRecorder(StorageRecorder):
         self.scalar_stand_in = scalar_stand_in
         # Scalars drawn at random, or computed from such draws: id → weak reference.
         self._random_scalars: dict[int, weakref.ref] = {}
+        # Draws known to lie in [0, 1), and the answers of comparisons their range settles
+        # (by id, with a weak reference: tensors compare elementwise, so they cannot be keys).
+        self._unit_draws: dict[int, weakref.ref] = {}
+        self._settled: dict[int, tuple[weakref.ref, bool]] = {}
 
     def run_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Run one op on fake tensors; data-dependent results get the stand-ins above."""
+        settled = self._settled.get(id(args[0])) if args else None
+        if func is torch.ops.aten._local_scalar_dense.default and settled is not None:
+            reference, answer = settled
+            if reference() is args[0]:
+                return answer
         if func is torch.ops.aten._local_scalar_dense.default and self._is_random(args[0]):
             raise PlanningError(
                 "the step branches on a random draw (e.g. LayerDrop: `if torch.rand([]) < p`), "
@@ -176,10 +194,35 @@ class FakeStepRecorder(StorageRecorder):
         out = self._run_fake(func, args, kwargs)
         if isinstance(out, torch.Tensor) and out.numel() <= 1:
             name = func.__name__.split(".")[0]
+            settled = self._settled_comparison(name, args)
+            if settled is not None:
+                self._settled[id(out)] = (weakref.ref(out), settled)
+                return out
             inputs = tree_flatten((args, kwargs))[0]
             if name in _RANDOM_OPS or any(self._is_random(value) for value in inputs):
                 self._random_scalars[id(out)] = weakref.ref(out)
+                if name in _UNIT_INTERVAL_OPS:
+                    self._unit_draws[id(out)] = weakref.ref(out)
         return out
+
+    def _settled_comparison(self, name: str, args: tuple) -> bool | None:
+        """The answer of `draw <op> number` when every draw in [0, 1) gives the same one."""
+        if name not in _COMPARISONS or len(args) != 2 or not isinstance(args[1], (int, float)):
+            return None
+        draw = args[0]
+        reference = self._unit_draws.get(id(draw))
+        if reference is None or reference() is not draw:
+            return None
+        threshold = float(args[1])
+        always_below = threshold >= 1.0  # every draw is < 1
+        never_below = threshold <= 0.0  # no draw is < 0; a draw of exactly 0 is not < 0
+        if name == "lt":
+            return True if always_below else False if never_below else None
+        if name == "ge":
+            return False if always_below else True if never_below else None
+        if name == "le":
+            return True if always_below else False if threshold < 0.0 else None
+        return False if always_below else True if threshold < 0.0 else None  # gt
 
     def _is_random(self, value: Any) -> bool:
         if not self._random_scalars or not isinstance(value, torch.Tensor):
@@ -285,7 +328,7 @@ def _gradient_hooks(
     sink = optimizer.sink_gradient if isinstance(optimizer, ZeroStage2Layout) else None
 
     def finished(param: torch.Tensor) -> None:
-        recorder.register([param.grad], GRADIENTS)
+        recorder.register([param.grad], GRADIENTS, owners=[param])
         if sink is not None:
             sink(param)
             recorder.register(optimizer.device_gradients(), GRADIENTS)
@@ -298,10 +341,21 @@ def _register_state(
     module: L.LightningModule, optimizer: torch.optim.Optimizer, recorder: StorageRecorder
 ) -> None:
     recorder.register([*module.parameters(), *module.buffers()], PARAMETERS)
-    recorder.register([p.grad for p in module.parameters()], GRADIENTS)
-    recorder.register(state_tensors(optimizer), OPTIMIZER_STATE)
+    parameters = list(module.parameters())
+    recorder.register([p.grad for p in parameters], GRADIENTS, owners=parameters)
+    _register_optimizer_state(optimizer, recorder)
     if isinstance(optimizer, ZeroStage2Layout):
         recorder.register(optimizer.device_gradients(), GRADIENTS)
+
+
+def _register_optimizer_state(optimizer: torch.optim.Optimizer, recorder: StorageRecorder) -> None:
+    owners, tensors = [], []
+    for param, state in optimizer.state.items():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                owners.append(param)
+                tensors.append(value)
+    recorder.register(tensors, OPTIMIZER_STATE, owners=owners)
 
 
 def _result(recorder: StorageRecorder, attention: CudaAttention | None) -> StepTrace:
@@ -312,6 +366,7 @@ def _result(recorder: StorageRecorder, attention: CudaAttention | None) -> StepT
         convolutions=any("convolution" in name for name in recorder.op_names),
         attention_kernels=tuple(attention.choices) if attention is not None else (),
         timeline=tuple(recorder.timeline),
+        holders=recorder.peak_holders(),
     )
 
 
@@ -336,7 +391,7 @@ def trace_training(
     module.zero_grad(set_to_none=True)
     remove_hooks = _gradient_hooks(module, optimizer, recorder)
     try:
-        with recorder, _quiet_logging():
+        with recorder, _quiet_logging(), recorder.attribute_to(module):
             _register_state(module, optimizer, recorder)
             recorder.register(batch_tensors(batch), INPUTS)
             for step in range(optimizer_steps):
@@ -344,6 +399,7 @@ def trace_training(
                     index = step * accumulate + micro
                     with recorder.phase(f"step {step + 1}: forward"), semantics.forward_region():
                         loss = _loss_of(module.training_step(batch, index), index)
+                    recorder.note_forward_end()
                     if micro == 0:
                         with recorder.phase(f"step {step + 1}: zero_grad"):
                             optimizer.zero_grad(set_to_none=True)
@@ -354,7 +410,7 @@ def trace_training(
                         del scaled
                 with recorder.phase(f"step {step + 1}: optimizer step"):
                     optimizer.step()
-                recorder.register(state_tensors(optimizer), OPTIMIZER_STATE)
+                _register_optimizer_state(optimizer, recorder)
     finally:
         remove_hooks()
         recorder.close()
@@ -384,7 +440,7 @@ def trace_validation(
     """Run one `validation_step` on `batch` in the state validation has inside `fit`."""
     module.zero_grad(set_to_none=True)
     try:
-        with recorder, _quiet_logging():
+        with recorder, _quiet_logging(), recorder.attribute_to(module):
             prepare_resident_state(module, optimizer)
             _register_state(module, optimizer, recorder)
             recorder.register(batch_tensors(batch), INPUTS)

@@ -31,6 +31,7 @@ from vramkit.core.planner.fake_trace import (
     trace_training,
     trace_validation,
 )
+from vramkit.core.planner.peak_holders import Holder
 from vramkit.core.planner.recorder import (
     ACTIVATIONS,
     GRADIENTS,
@@ -65,6 +66,8 @@ class PhasePlan:
     peak_at: str
     """When the peak happens, e.g. "step 2: backward"."""
     attention_kernels: tuple[str, ...] = ()
+    holders: tuple[Holder, ...] = ()
+    """The largest groups of tensors live at the peak, by module and kind (`peak_holders`)."""
 
     @property
     def allocated_peak(self) -> int:
@@ -205,6 +208,7 @@ class MemoryPlanner:
             workspace=workspace,
             peak_at=trace.peak_at,
             attention_kernels=tuple(sorted(set(trace.attention_kernels))),
+            holders=trace.holders,
         )
 
     def largest_batch_size(

@@ -21,8 +21,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from vramkit.core.planner.peak_holders import (
+    OUTSIDE,
+    SAVED_ACTIVATION,
+    TEMPORARY,
+    Holder,
+    ModuleScope,
+    group_holders,
+)
 
 PARAMETERS = "parameters"
 INPUTS = "inputs"
@@ -72,6 +82,12 @@ class StorageRecorder(TorchDispatchMode):
         self._live: dict[int, int] = {}  # serial → bytes
         self._category: dict[int, str] = {}  # serial → category (activations when absent)
         self._finalizers: dict[int, weakref.finalize] = {}
+        # For explaining the peak: where each storage was made (module, shape, dtype), which
+        # ones autograd saved for backward, and the modules' names while `attribute_to` runs.
+        self._origin: dict[int, tuple[str, tuple[int, ...], torch.dtype]] = {}
+        self._saved: set[int] = set()
+        self._scope: ModuleScope | None = None
+        self._owners: dict[int, str] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is _DEVICE_QUERY:
@@ -98,15 +114,66 @@ class StorageRecorder(TorchDispatchMode):
         finally:
             self._label = outer
 
-    def register(self, tensors: Iterable[torch.Tensor | None], category: str) -> None:
+    def register(
+        self,
+        tensors: Iterable[torch.Tensor | None],
+        category: str,
+        *,
+        owners: Iterable[torch.Tensor] | None = None,
+    ) -> None:
         """Count `tensors` under `category`: ones that exist already (parameters, the batch)
-        or ones the trace learns the role of later (a new gradient, an optimizer state)."""
-        for tensor in tensors:
+        or ones the trace learns the role of later (a new gradient, an optimizer state).
+
+        `owners` (parallel to `tensors`) are the parameters they belong to, which name the
+        module they are shown under when the peak is explained.
+        """
+        owner_list = list(owners) if owners is not None else None
+        for index, tensor in enumerate(tensors):
             if tensor is None:
                 continue
             serial = self._track(tensor)
-            if serial is not None:
-                self._category[serial] = category
+            if serial is None:
+                continue
+            self._category[serial] = category
+            owner = tensor if owner_list is None else owner_list[index]
+            where = self._owners.get(id(owner))
+            if where is not None:
+                _, shape, dtype = self._origin[serial]
+                self._origin[serial] = (where, shape, dtype)
+
+    @contextlib.contextmanager
+    def attribute_to(self, root: nn.Module) -> Iterator[None]:
+        """While inside, remember which module of `root` made each storage (`peak_holders`)."""
+        scope = ModuleScope()
+        self._owners = scope.owner_of(root)
+        with scope.track(root):
+            self._scope = scope
+            try:
+                yield
+            finally:
+                self._scope = None
+
+    def note_forward_end(self) -> None:
+        """Mark the activations alive now, at the end of a forward pass, as saved for backward.
+
+        What the forward made and still holds is what autograd saved (and the outputs); the
+        rest were temporaries. Reading the graph's saved tensors instead would unpack them, which
+        reruns checkpointed forwards and copies `save_on_cpu` tensors back.
+        """
+        for serial in self._live:
+            if self._category.get(serial, ACTIVATIONS) == ACTIVATIONS:
+                self._saved.add(serial)
+
+    def peak_holders(self, top: int = 8) -> tuple[Holder, ...]:
+        """The largest groups of storages live at the peak, by module and kind."""
+        kinds = {}
+        for serial in self.peak.live:
+            category = self._category.get(serial)
+            if category is not None and category != ACTIVATIONS:
+                kinds[serial] = category
+            else:
+                kinds[serial] = SAVED_ACTIVATION if serial in self._saved else TEMPORARY
+        return group_holders(self.peak.live, self._origin, kinds, top=top)
 
     def reset_peak(self) -> None:
         """Start a new peak from what is live now (the next phase's measurement)."""
@@ -139,6 +206,10 @@ class StorageRecorder(TorchDispatchMode):
         self._next_serial += 1
         self._serial_of[address] = serial
         self._live[serial] = size
+        where = OUTSIDE
+        if self._scope is not None:
+            where = self._scope.current(in_backward=torch._C._current_graph_task_id() != -1)
+        self._origin[serial] = (where, tuple(tensor.shape), tensor.dtype)
         self.current += size
         if self.current > self.peak.bytes:
             self.peak = RecordedPeak(self.current, self._label, dict(self._live))

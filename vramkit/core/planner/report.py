@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from vramkit.core.planner.cuda_rules import CUDA_CONTEXT_GIB, RESERVE_FACTOR
+from vramkit.core.planner.cuda_rules import RESERVE_FACTOR
+from vramkit.core.planner.peak_holders import Holder
 from vramkit.core.planner.plan import PhasePlan
 from vramkit.core.planner.remedies import Remedy
 from vramkit.core.planner.task_plan import MemoryPlan
@@ -51,7 +52,36 @@ def _phase_json(phase: PhasePlan, budget_bytes: int | None) -> dict[str, Any]:
         "peak_at": phase.peak_at,
         "attention_kernels": list(phase.attention_kernels),
         "breakdown": {key: _gib(value) for key, value in phase.breakdown_gib().items()},
+        "peak_holders": [_holder_json(holder) for holder in phase.holders],
     }
+
+
+def _holder_json(holder: Holder) -> dict[str, Any]:
+    return {
+        "where": holder.where,
+        "kind": holder.kind,
+        "gib": round(holder.bytes / GIB, 4),
+        "tensors": holder.tensors,
+        "largest_shape": list(holder.largest_shape),
+        "dtype": holder.dtype,
+    }
+
+
+def peak_holders_table(phase: PhasePlan, *, rows: int = 6) -> str:
+    """What holds memory at `phase`'s peak, largest first, with the library workspaces."""
+    body = [
+        [
+            holder.where,
+            holder.kind,
+            f"{holder.bytes / GIB:.3f}",
+            str(holder.tensors),
+            f"{list(holder.largest_shape)} {holder.dtype}",
+        ]
+        for holder in phase.holders[:rows]
+    ]
+    if phase.workspace:
+        body.append(["(cuBLAS / cuDNN)", "workspace", f"{phase.workspace / GIB:.3f}", "", ""])
+    return render_table(["where", "kind", "GiB", "tensors", "largest"], body)
 
 
 def _remedy_json(remedy: Remedy, budget_bytes: int | None) -> dict[str, Any]:
@@ -80,7 +110,11 @@ def plan_json(plan: MemoryPlan) -> dict[str, Any]:
         "val": {**_phase_json(plan.val, budget), "searched": plan.val_searched},
         "remedies": [_remedy_json(remedy, budget) for remedy in plan.remedies],
         "allowances": {
-            "cuda_context_gib": CUDA_CONTEXT_GIB if plan.setup.device is not None else 0.0,
+            "cuda_context_gib": (
+                round(plan.setup.device.cuda_context_bytes() / GIB, 3)
+                if plan.setup.device is not None
+                else 0.0
+            ),
             "reserve_factor": RESERVE_FACTOR if plan.setup.device is not None else 1.0,
         },
         "traces": plan.traces,
@@ -131,6 +165,11 @@ def plan_table(plan: MemoryPlan) -> str:
     if plan.train.attention_kernels or plan.val.attention_kernels:
         kernels = ", ".join(sorted({*plan.train.attention_kernels, *plan.val.attention_kernels}))
         lines.append(f"attention kernel on this GPU: {kernels}")
+    for name, phase in (("train", plan.train), ("val", plan.val)):
+        if phase.holders:
+            lines.append("")
+            lines.append(f"what holds the {name} peak ({phase.peak_at}), GiB:")
+            lines.append(peak_holders_table(phase))
     if plan.remedies:
         lines.append("")
         lines.append("remedies (each re-planned; peaks in GiB, train / val):")

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from vramkit.core.hardware.profile import HardwareProfile
-from vramkit.core.planner.cuda_rules import DeviceRules
+from vramkit.core.planner.cuda_rules import DeviceRules, lazy_module_loading
 from vramkit.core.planner.optimizer_layouts import CONFIGURED, LAYOUTS
 
 
@@ -43,6 +43,7 @@ class RunSetup:
                 capability=profile.capability,
                 flash_attention=profile.flash_attention,
                 mem_efficient_attention=profile.mem_efficient_attention,
+                lazy_module_loading=lazy_module_loading(),
             )
         return cls(
             precision=profile.precision,
