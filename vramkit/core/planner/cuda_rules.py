@@ -4,8 +4,9 @@ The planner traces fake CPU tensors (a CPU build of torch cannot run autograd on
 tensors) and applies these rules so that the numbers are the ones a CUDA run would produce:
 
 - the caching allocator rounds every block up to 512 B (`round_allocation`);
-- it reserves more than it hands out (fragmentation, `RESERVE_FACTOR`), and the CUDA context
-  and library workspaces take memory no tracer sees (`overhead_bytes`);
+- it reserves more than it hands out (segments, cached blocks: the step's own allocations are
+  replayed through `allocator_model`), and the CUDA context and library workspaces take memory
+  no tracer sees (`overhead_bytes`);
 - mixed precision casts per CUDA's autocast op lists (`autocast_rules`), and the attention
   kernel follows the compute capability (`sdpa_backend`, `attention_rules`);
 - optimizers default to their multi-tensor (`foreach`) implementation on CUDA, which
@@ -18,19 +19,22 @@ their sources), not measurements of this run.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from vramkit.core.planner.allocator_model import replay_reserved
 from vramkit.core.units import GIB, MIB
 
 ALLOCATION_GRANULE = 512
 """The CUDA caching allocator rounds every block up to a multiple of this many bytes."""
 
-RESERVE_FACTOR = 1.12
-"""Reserved / allocated memory at a run's peak: the allocator's segments hold free gaps
-(fragmentation). Measured 1.07–1.17 (README "Hardware facts"); the middle is planned, the
-profile's budget fraction is the headroom for the rest."""
+RESERVE_FLOOR_FACTOR = 1.12
+"""The least reserved / allocated the plan assumes at a peak (workspaces included). The allocator
+replay of the two traced steps is often lower (BERT-large at batch 4 on a V100: 1.1 GiB below
+what NVML showed over a whole run, whose steps keep fragmenting the cache); measured ratios run
+1.00-1.20 (README "Hardware facts"), and a plan that reads low is the one that crashes."""
 
 CUDA_CONTEXT_GIB = 0.60
 """CUDA context, loaded kernels and library handles outside the caching allocator, with lazy
@@ -137,22 +141,40 @@ class DeviceRules:
         Autograd runs the backward pass on its own thread, which gets a second cuBLAS handle
         and workspace; convolutions add the cuDNN allowance.
         """
-        handles = 2 if backward else 1
-        total = handles * self.cublas_workspace_bytes()
-        if convolutions:
-            total += CUDNN_WORKSPACE_BYTES
-        return total
+        return sum(self.workspace_sizes(backward=backward, convolutions=convolutions))
 
-    def overhead_bytes(self, allocated_peak: int, *, backward: bool, convolutions: bool) -> int:
+    def workspace_sizes(self, *, backward: bool, convolutions: bool) -> list[int]:
+        """The library workspaces the caching allocator hands out, one size each (bytes)."""
+        sizes = [self.cublas_workspace_bytes()] * (2 if backward else 1)
+        if convolutions:
+            sizes.append(CUDNN_WORKSPACE_BYTES)
+        return sizes
+
+    def overhead_bytes(
+        self,
+        allocated_peak: int,
+        events: Sequence[tuple[int, int]],
+        *,
+        backward: bool,
+        convolutions: bool,
+    ) -> int:
         """Device memory beyond the traced allocations at the peak (bytes).
 
-        The CUDA context, plus what the allocator reserves beyond the blocks it hands out
-        (`RESERVE_FACTOR`) for the traced peak and the library workspaces.
+        The CUDA context, plus what the caching allocator reserves beyond the blocks in use:
+        the step's allocation `events` ((serial, bytes) allocates, (serial, 0) frees), after the
+        library workspaces, replayed through `allocator_model`, and never less than
+        `RESERVE_FLOOR_FACTOR` times the blocks in use.
         """
-        in_blocks = allocated_peak + self.workspace_bytes(
-            backward=backward, convolutions=convolutions
-        )
-        return self.cuda_context_bytes() + round(RESERVE_FACTOR * in_blocks) - allocated_peak
+        workspaces = [
+            (-1 - index, size)
+            for index, size in enumerate(
+                self.workspace_sizes(backward=backward, convolutions=convolutions)
+            )
+        ]
+        replayed = replay_reserved([*workspaces, *events])
+        in_blocks = allocated_peak + sum(size for _, size in workspaces)
+        reserved = max(replayed, round(RESERVE_FLOOR_FACTOR * in_blocks))
+        return self.cuda_context_bytes() + reserved - allocated_peak
 
     def sdpa_backend(
         self,

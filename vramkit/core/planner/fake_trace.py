@@ -103,6 +103,8 @@ class StepTrace:
     """Live bytes after every op that changed them (empty unless asked for)."""
     holders: tuple[Holder, ...] = ()
     """The largest groups of tensors live at the peak, by module and kind."""
+    events: tuple[tuple[int, int], ...] = ()
+    """Every allocation (serial, bytes) and free (serial, 0) of the phase, in order."""
 
 
 class StepSemantics:
@@ -367,6 +369,7 @@ def _result(recorder: StorageRecorder, attention: CudaAttention | None) -> StepT
         attention_kernels=tuple(attention.choices) if attention is not None else (),
         timeline=tuple(recorder.timeline),
         holders=recorder.peak_holders(),
+        events=tuple(recorder.events),
     )
 
 

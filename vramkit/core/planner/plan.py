@@ -149,6 +149,10 @@ class MemoryPlanner:
         """Trace `phase` ("train" or "val") at `batch_size` under `setup`."""
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+        if phase == VAL:
+            # Validation runs without grad: checkpointing and accumulation change nothing there,
+            # so remedies that differ only in them share one validation trace.
+            setup = setup.replace(gradient_checkpointing=False, accumulate_grad_batches=1)
         key = (phase, batch_size, setup)
         if key not in self._measured:
             self._measured[key] = self._trace(phase, batch_size, setup)
@@ -194,7 +198,10 @@ class MemoryPlanner:
         if setup.device is not None:
             backward = phase == TRAIN
             overhead = setup.device.overhead_bytes(
-                trace.peak_bytes, backward=backward, convolutions=trace.convolutions
+                trace.peak_bytes,
+                trace.events,
+                backward=backward,
+                convolutions=trace.convolutions,
             )
             workspace = setup.device.workspace_bytes(
                 backward=backward, convolutions=trace.convolutions

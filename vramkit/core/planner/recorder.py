@@ -88,6 +88,8 @@ class StorageRecorder(TorchDispatchMode):
         self._saved: set[int] = set()
         self._scope: ModuleScope | None = None
         self._owners: dict[int, str] = {}
+        self.events: list[tuple[int, int]] = []
+        """Every allocation (serial, bytes) and free (serial, 0) in order, for the allocator."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is _DEVICE_QUERY:
@@ -206,6 +208,8 @@ class StorageRecorder(TorchDispatchMode):
         self._next_serial += 1
         self._serial_of[address] = serial
         self._live[serial] = size
+        if size:
+            self.events.append((serial, size))
         where = OUTSIDE
         if self._scope is not None:
             where = self._scope.current(in_backward=torch._C._current_graph_task_id() != -1)
@@ -219,6 +223,8 @@ class StorageRecorder(TorchDispatchMode):
     def _free(self, address: int, serial: int) -> None:
         size = self._live.pop(serial, 0)
         self.current -= size
+        if size:
+            self.events.append((serial, 0))
         if self._serial_of.get(address) == serial:
             del self._serial_of[address]
         self._finalizers.pop(serial, None)

@@ -8,7 +8,6 @@ from typing import Any
 
 import torch
 
-from vramkit.core.planner.cuda_rules import RESERVE_FACTOR
 from vramkit.core.planner.peak_holders import Holder
 from vramkit.core.planner.plan import PhasePlan
 from vramkit.core.planner.remedies import Remedy
@@ -115,7 +114,9 @@ def plan_json(plan: MemoryPlan) -> dict[str, Any]:
                 if plan.setup.device is not None
                 else 0.0
             ),
-            "reserve_factor": RESERVE_FACTOR if plan.setup.device is not None else 1.0,
+            "reserve": "the step's allocations replayed through the caching allocator's rules"
+            if plan.setup.device is not None
+            else "none (CPU)",
         },
         "traces": plan.traces,
         "seconds": round(plan.seconds, 2),
