@@ -12,6 +12,7 @@ from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.run_record import write_run_record
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,7 @@ def train(cfg: DictConfig) -> float | None:
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "resolved_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    write_run_record(output_dir, repo=Path(cfg.paths.root_dir))
 
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)

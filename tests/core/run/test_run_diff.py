@@ -1,0 +1,112 @@
+"""The run diff says which differences between two runs change training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from vramkit import compare_runs
+from vramkit.core.run.compose import compose_config
+from vramkit.core.run.resolvers import register_resolvers
+from vramkit.core.run.run_diff import CHANGES, NEUTRAL, compare, load_run
+from vramkit.core.run.run_record import RECORD_NAME, code_version, write_run_record
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _run_folder(tmp_path: Path, name: str, overrides: list[str]) -> Path:
+    """A run folder as `train()` leaves it: the resolved config and the run record."""
+    register_resolvers()
+    folder = tmp_path / name
+    cfg = compose_config("train", ["+hw=cpu", "debug=smoke", *overrides], output_dir=folder)
+    folder.mkdir(parents=True)
+    (folder / "resolved_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    write_run_record(folder, repo=REPO)
+    return folder
+
+
+def _compare(tmp_path: Path, a: list[str], b: list[str]):
+    run_a, run_b = _run_folder(tmp_path, "a", a), _run_folder(tmp_path, "b", b)
+    (config_a, record_a), (config_b, record_b) = load_run(run_a), load_run(run_b)
+    return compare(config_a, config_b, (record_a, record_b)), run_a, run_b
+
+
+def test_a_learning_rate_change_changes_training(tmp_path, capsys):
+    comparison, run_a, run_b = _compare(tmp_path, [], ["model.optimizer.lr=0.002"])
+    assert [(d.key, d.verdict, d.kind) for d in comparison.training_changes] == [
+        ("model.optimizer.lr", CHANGES, "optimizer")
+    ]
+    # The two folders differ in their paths too, which change nothing.
+    assert "paths.output_dir" in {d.key for d in comparison.differences if d.verdict == NEUTRAL}
+    assert compare_runs.main([str(run_a), str(run_b)]) == 1
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1].startswith("training differs: 1 change(s)")
+
+
+def test_a_warmup_change_is_named_as_schedule(tmp_path, capsys):
+    comparison, run_a, run_b = _compare(tmp_path, [], ["model.lr_schedule.warmup_steps=7"])
+    assert [(d.key, d.kind) for d in comparison.training_changes] == [
+        ("model.lr_schedule.warmup_steps", "schedule and warm-up")
+    ]
+    assert compare_runs.main([str(run_a), str(run_b)]) == 1
+    assert "model.lr_schedule.warmup_steps: 50 -> 7  [schedule and warm-up]" in (
+        capsys.readouterr().out
+    )
+
+
+def test_logging_changes_do_not_change_training(tmp_path):
+    comparison, run_a, run_b = _compare(
+        tmp_path, [], ["trainer.log_every_n_steps=5", "data.num_workers=1", "~logger.wandb"]
+    )
+    assert comparison.differences and comparison.equivalent
+    assert {d.verdict for d in comparison.differences} == {NEUTRAL}
+    assert compare_runs.main([str(run_a), str(run_b)]) == 0
+
+
+def test_devices_at_the_same_global_batch_do_not_change_training(tmp_path):
+    comparison, _, _ = _compare(
+        tmp_path,
+        ["data.batch_size=4", "trainer.devices=1"],
+        ["data.batch_size=2", "trainer.devices=2", "+trainer.strategy=ddp"],
+    )
+    assert comparison.global_batch == (4, 4)
+    assert comparison.equivalent, [d for d in comparison.training_changes]
+    kinds = {d.key: d.kind for d in comparison.differences}
+    assert kinds["data.batch_size"] == kinds["trainer.devices"] == "global batch"
+
+
+def test_a_different_global_batch_changes_training(tmp_path):
+    comparison, _, _ = _compare(tmp_path, ["data.batch_size=4"], ["data.batch_size=2"])
+    assert comparison.global_batch == (4, 2)
+    assert [d.key for d in comparison.training_changes] == ["data.batch_size"]
+
+
+def test_a_key_the_rules_do_not_know_counts_as_a_change():
+    comparison = compare({"model.net.new_knob": 1}, {"model.net.new_knob": 2})
+    assert not comparison.equivalent
+    assert compare({"mystery": 1}, {"mystery": 2}).training_changes[0].kind == "unknown key"
+
+
+def test_the_record_names_the_commit_and_libraries(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    record = json.loads(write_run_record(folder, repo=REPO).read_text())
+    assert record["code"] == code_version(REPO)
+    assert record["environment"]["libraries"]["torch"]
+    assert (folder / RECORD_NAME).is_file()
+
+
+def test_an_unreadable_run_exits_2(tmp_path, capsys):
+    assert compare_runs.main([str(tmp_path), str(tmp_path)]) == 2
+    assert "not a vramkit run folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("pick", ["last.ckpt"])
+def test_a_checkpoint_stands_for_its_run_folder(tmp_path, pick):
+    run = _run_folder(tmp_path, "a", [])
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / pick).write_bytes(b"")
+    assert load_run(run / "checkpoints" / pick) == load_run(run)

@@ -1,0 +1,253 @@
+"""Compare two runs and say which differences change training.
+
+The brief's last report compared two training codes line by line to find the one change that
+mattered (a 5% warm-up default). A run folder holds what that takes: `resolved_config.yaml` (every
+value the run used) and `run_environment.json` (code version, libraries, device). Each differing
+config key is classified:
+
+- *changes training*: the model, loss and its weights, optimizer and learning rate, schedule and
+  warm-up, precision, clipping, data and augmentation, seed, training length, and the global
+  batch (micro-batch x accumulation x devices x nodes);
+- *does not*: logging, paths, loader workers and pinning, progress bars, checkpoint keeping,
+  monitors, the hardware profile's own copy of values the trainer and data already carry, and
+  micro-batch / accumulation / devices when the global batch is the same.
+
+A key the rules do not know counts as changing training: a comparison that misses a change is
+worse than one that asks the user to look.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from vramkit.core.run.run_record import RECORD_NAME
+
+CONFIG_NAME = "resolved_config.yaml"
+CHANGES = "changes training"
+NEUTRAL = "does not change training"
+
+# Key prefixes whose values never change what is learned (first match wins, before the rules below).
+_NEUTRAL_PREFIXES = (
+    "logger",
+    "paths",
+    "hydra",
+    "hw",  # the profile; what it sets is compared where it lands (trainer.*, data.*)
+    "task_name",
+    "run_name",
+    "tags",
+    "optimized_metric",
+    "monitor_mode",
+    "batch_size_defaults",
+    "prediction_writer",
+    "ckpt_path",
+    "callbacks.progress_bar",
+    "callbacks.model_checkpoint",
+    "callbacks.last_checkpoint",
+    "callbacks.checkpoint_retention",
+    "callbacks.learning_rate_monitor",
+    "callbacks.throughput_monitor",
+    "callbacks.memory_monitor",
+    "callbacks.bad_input_report",
+    "callbacks.phase_memory_hygiene",
+    "callbacks.oom_fault_injection",
+    "trainer.default_root_dir",
+    "trainer.log_every_n_steps",
+    "trainer.enable_progress_bar",
+    "trainer.enable_model_summary",
+    "trainer.enable_checkpointing",
+    "trainer.num_sanity_val_steps",
+    "trainer.check_val_every_n_epoch",
+    "trainer.val_check_interval",
+    "trainer.plugins",
+    "trainer.strategy",
+    "trainer.accelerator",
+    "trainer.deterministic",
+    "trainer.benchmark",
+    "data.num_workers",
+    "data.pin_memory",
+    "data.prefetch_factor",
+    "data.persistent_workers",
+    "data.val_cache",
+    "data.val_batch_size",
+    "model.compile",
+)
+# Keys that make up the global batch: neutral when the product is unchanged.
+_GLOBAL_BATCH_KEYS = (
+    "data.batch_size",
+    "trainer.accumulate_grad_batches",
+    "trainer.devices",
+    "trainer.num_nodes",
+)
+# What kind of training change a key is, by prefix or by a word in it (first match wins).
+_KINDS = (
+    ("model.optimizer", "optimizer"),
+    ("model.lr_schedule", "schedule and warm-up"),
+    ("model.scheduler", "schedule and warm-up"),
+    ("callbacks.max_time_annealing", "schedule and warm-up"),
+    ("trainer.precision", "precision"),
+    ("trainer.gradient_clip", "clipping"),
+    ("trainer.max_", "training length"),
+    ("trainer.min_", "training length"),
+    ("seed", "seed"),
+    ("data.augment", "augmentation"),
+    ("data.", "data"),
+    ("model.", "model"),
+)
+
+
+@dataclass(frozen=True)
+class KeyDifference:
+    """One config key whose value differs between the two runs."""
+
+    key: str
+    before: Any
+    after: Any
+    verdict: str
+    """`CHANGES` or `NEUTRAL`."""
+    kind: str
+    """What it is: optimizer, schedule and warm-up, loss, data, logging, global batch, ..."""
+
+
+@dataclass
+class RunComparison:
+    """The differences between two runs, classified, and the one-line verdict."""
+
+    differences: list[KeyDifference] = field(default_factory=list)
+    environment: list[tuple[str, Any, Any]] = field(default_factory=list)
+    global_batch: tuple[int | None, int | None] = (None, None)
+
+    @property
+    def training_changes(self) -> list[KeyDifference]:
+        """The differences that change what is trained."""
+        return [d for d in self.differences if d.verdict == CHANGES]
+
+    @property
+    def equivalent(self) -> bool:
+        """No config difference changes training (code and environment are reported apart)."""
+        return not self.training_changes
+
+    def verdict(self) -> str:
+        """One line: equivalent, or what changes training."""
+        changes = self.training_changes
+        if not changes:
+            note = " (code or environment differ: see above)" if self.environment else ""
+            return f"equivalent: no difference changes training{note}"
+        keys = ", ".join(d.key for d in changes[:4]) + (", ..." if len(changes) > 4 else "")
+        return f"training differs: {len(changes)} change(s) ({keys})"
+
+
+def load_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`(flat config, run record)` of a run folder, or of the run folder a checkpoint is in."""
+    path = Path(path)
+    folder = path if path.is_dir() else _run_folder_of(path)
+    config_path = folder / CONFIG_NAME
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{path}: no {CONFIG_NAME} (not a vramkit run folder)")
+    config = OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)
+    record_path = folder / RECORD_NAME
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    return flatten(config), record
+
+
+def _run_folder_of(checkpoint: Path) -> Path:
+    for folder in checkpoint.parents:
+        if (folder / CONFIG_NAME).is_file():
+            return folder
+    raise FileNotFoundError(f"{checkpoint}: no {CONFIG_NAME} in the folders above it")
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """`{"a.b.c": value}` for every leaf of a nested config (lists are leaves)."""
+    if isinstance(node, Mapping):
+        flat: dict[str, Any] = {}
+        for key, value in node.items():
+            flat.update(flatten(value, f"{prefix}{key}."))
+        return flat if flat or not prefix else {prefix[:-1]: {}}
+    return {prefix[:-1]: node}
+
+
+def global_batch(config: Mapping[str, Any]) -> int | None:
+    """Samples per optimizer step: micro-batch x accumulation x devices x nodes (None: unknown)."""
+    micro = config.get("data.batch_size")
+    devices = config.get("trainer.devices", 1)
+    if isinstance(devices, (list, tuple)):
+        devices = len(devices)
+    factors = [
+        micro,
+        config.get("trainer.accumulate_grad_batches", 1),
+        devices,
+        config.get("trainer.num_nodes", 1),
+    ]
+    if not all(isinstance(factor, int) for factor in factors):
+        return None
+    product = 1
+    for factor in factors:
+        product *= factor
+    return product
+
+
+def compare(a: Mapping[str, Any], b: Mapping[str, Any], records=({}, {})) -> RunComparison:
+    """Classify every difference between two flat configs (and their run records)."""
+    result = RunComparison(global_batch=(global_batch(a), global_batch(b)))
+    same_global_batch = result.global_batch[0] is not None and len(set(result.global_batch)) == 1
+    for key in sorted(set(a) | set(b)):
+        before, after = a.get(key, "<absent>"), b.get(key, "<absent>")
+        if before == after:
+            continue
+        result.differences.append(_classify(key, before, after, same_global_batch))
+    result.environment = _record_differences(*records)
+    return result
+
+
+def _classify(key: str, before: Any, after: Any, same_global_batch: bool) -> KeyDifference:
+    if key in _GLOBAL_BATCH_KEYS:
+        verdict = NEUTRAL if same_global_batch else CHANGES
+        return KeyDifference(key, before, after, verdict, "global batch")
+    if _matches(key, _NEUTRAL_PREFIXES):
+        kind = key.split(".")[0] if "." in key else key
+        return KeyDifference(key, before, after, NEUTRAL, kind)
+    if "loss" in key.split("."):
+        return KeyDifference(key, before, after, CHANGES, "loss and its weights")
+    if key == "trainer.sync_batchnorm":
+        return KeyDifference(key, before, after, CHANGES, "normalisation across devices")
+    kind = next((name for prefix, name in _KINDS if key.startswith(prefix)), "unknown key")
+    return KeyDifference(key, before, after, CHANGES, kind)
+
+
+def _matches(key: str, prefixes: tuple[str, ...]) -> bool:
+    return any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
+
+
+def _record_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    flat_a, flat_b = flatten(dict(a)), flatten(dict(b))
+    if not flat_a or not flat_b:
+        return []
+    return [
+        (key, flat_a.get(key), flat_b.get(key))
+        for key in sorted(set(flat_a) | set(flat_b))
+        if flat_a.get(key) != flat_b.get(key)
+    ]
+
+
+def report(comparison: RunComparison, names: tuple[str, str]) -> str:
+    """The comparison as console lines, the verdict last."""
+    lines = [f"comparing {names[0]} -> {names[1]}"]
+    for verdict in (CHANGES, NEUTRAL):
+        rows = [d for d in comparison.differences if d.verdict == verdict]
+        if rows:
+            lines.append(f"{verdict}:")
+            lines += [f"  {d.key}: {d.before!r} -> {d.after!r}  [{d.kind}]" for d in rows]
+    before, after = comparison.global_batch
+    if before != after or any(d.kind == "global batch" for d in comparison.differences):
+        lines.append(f"global batch: {before} -> {after}")
+    if comparison.environment:
+        lines.append("code and environment (may change numerics; not counted above):")
+        lines += [f"  {key}: {old!r} -> {new!r}" for key, old, new in comparison.environment]
+    lines.append(comparison.verdict())
+    return "\n".join(lines)
