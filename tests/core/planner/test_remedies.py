@@ -49,7 +49,7 @@ def test_a_plan_over_budget_offers_remedies_that_were_traced(over_budget_plan):
     assert checkpointed < plan.train.allocated["activations"]
     eight_bit = by_name["8-bit AdamW"].train.allocated["optimizer_state"]
     assert eight_bit < plan.train.allocated["optimizer_state"] / 3
-    assert "deepspeed_stage_2_offload" in by_name["DeepSpeed ZeRO-2, CPU offload"].how
+    assert "trainer=deepspeed_zero2_offload" in by_name["DeepSpeed ZeRO-2, CPU offload"].how
 
 
 def test_the_table_and_json_say_what_does_not_fit_and_what_would(over_budget_plan):

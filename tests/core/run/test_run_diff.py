@@ -70,12 +70,20 @@ def test_devices_at_the_same_global_batch_do_not_change_training(tmp_path):
     comparison, _, _ = _compare(
         tmp_path,
         ["data.batch_size=4", "trainer.devices=1"],
-        ["data.batch_size=2", "trainer.devices=2", "+trainer.strategy=ddp"],
+        ["data.batch_size=2", "trainer=ddp", "trainer.devices=2"],
     )
     assert comparison.global_batch == (4, 4)
     assert comparison.equivalent, [d for d in comparison.training_changes]
     kinds = {d.key: d.kind for d in comparison.differences}
     assert kinds["data.batch_size"] == kinds["trainer.devices"] == "global batch"
+
+
+def test_ddp_without_synchronised_batchnorm_changes_training():
+    single = {"data.batch_size": 4, "trainer.devices": 1}
+    synced = {"data.batch_size": 2, "trainer.devices": 2, "trainer.sync_batchnorm": True}
+    unsynced = {**synced, "trainer.sync_batchnorm": False}
+    assert compare(single, synced).equivalent
+    assert [d.key for d in compare(single, unsynced).training_changes] == ["trainer.sync_batchnorm"]
 
 
 def test_a_different_global_batch_changes_training(tmp_path):

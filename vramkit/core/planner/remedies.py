@@ -82,7 +82,8 @@ def _changes(profile: HardwareProfile, setup: RunSetup, planner: MemoryPlanner) 
     changes.append(
         _Change(
             "DeepSpeed ZeRO-2, CPU offload",
-            "trainer.strategy=deepspeed_stage_2_offload (pip install deepspeed)",
+            f"trainer=deepspeed_zero2_offload hw.precision={weights} "
+            "(pip install 'vramkit[deepspeed]')",
             {"optimizer": ZERO2_OFFLOAD, "precision": weights},
         )
     )
@@ -90,7 +91,8 @@ def _changes(profile: HardwareProfile, setup: RunSetup, planner: MemoryPlanner) 
         changes.append(
             _Change(
                 f"DeepSpeed ZeRO-2 across {setup.devices} GPUs",
-                "trainer.strategy=deepspeed_stage_2 (pip install deepspeed)",
+                f"trainer=deepspeed_zero2 hw.precision={weights} "
+                "(pip install 'vramkit[deepspeed]')",
                 {"optimizer": ZERO2, "precision": weights},
             )
         )

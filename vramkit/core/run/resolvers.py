@@ -32,11 +32,21 @@ _previews: dict[int, tuple[weakref.ref, HardwareProfile]] = {}
 
 
 def register_resolvers() -> None:
-    """Register ``resolved_hw`` and ``project_root`` with OmegaConf (idempotent)."""
+    """Register ``resolved_hw``, ``project_root`` and ``optuna_direction`` (idempotent)."""
     if not OmegaConf.has_resolver("resolved_hw"):
         OmegaConf.register_new_resolver("resolved_hw", resolved_hw)
     if not OmegaConf.has_resolver("project_root"):
         OmegaConf.register_new_resolver("project_root", project_root)
+    if not OmegaConf.has_resolver("optuna_direction"):
+        OmegaConf.register_new_resolver("optuna_direction", optuna_direction)
+
+
+def optuna_direction(monitor_mode: str) -> str:
+    """Optuna's study direction for a task's ``monitor_mode``: max → maximize, min → minimize."""
+    directions = {"max": "maximize", "min": "minimize"}
+    if monitor_mode not in directions:
+        raise ValueError(f"monitor_mode must be max or min, got {monitor_mode!r}")
+    return directions[monitor_mode]
 
 
 def project_root() -> str:

@@ -200,6 +200,9 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any], records=({}, {})) -> Run
         before, after = a.get(key, "<absent>"), b.get(key, "<absent>")
         if before == after:
             continue
+        if key == "trainer.sync_batchnorm":
+            result.differences.append(_sync_batchnorm(a, b))
+            continue
         result.differences.append(_classify(key, before, after, same_global_batch))
     result.environment = _record_differences(*records)
     return result
@@ -214,10 +217,30 @@ def _classify(key: str, before: Any, after: Any, same_global_batch: bool) -> Key
         return KeyDifference(key, before, after, NEUTRAL, kind)
     if "loss" in key.split("."):
         return KeyDifference(key, before, after, CHANGES, "loss and its weights")
-    if key == "trainer.sync_batchnorm":
-        return KeyDifference(key, before, after, CHANGES, "normalisation across devices")
     kind = next((name for prefix, name in _KINDS if key.startswith(prefix)), "unknown key")
     return KeyDifference(key, before, after, CHANGES, kind)
+
+
+def _sync_batchnorm(a: Mapping[str, Any], b: Mapping[str, Any]) -> KeyDifference:
+    """Synchronised BatchNorm over P processes normalises what one process at the same global
+    batch does; without it, each process normalises its own share. So the key matters only where
+    a run of several processes leaves it off."""
+    key = "trainer.sync_batchnorm"
+    unsynced_multi = any(
+        config.get(key) is not True and (_world_size(config) or 1) > 1 for config in (a, b)
+    )
+    verdict = CHANGES if unsynced_multi else NEUTRAL
+    return KeyDifference(
+        key, a.get(key, "<absent>"), b.get(key, "<absent>"), verdict, "normalisation across devices"
+    )
+
+
+def _world_size(config: Mapping[str, Any]) -> int | None:
+    devices = config.get("trainer.devices", 1)
+    if isinstance(devices, (list, tuple)):
+        devices = len(devices)
+    nodes = config.get("trainer.num_nodes", 1)
+    return devices * nodes if isinstance(devices, int) and isinstance(nodes, int) else None
 
 
 def _matches(key: str, prefixes: tuple[str, ...]) -> bool:

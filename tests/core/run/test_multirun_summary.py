@@ -1,0 +1,74 @@
+"""Sweeps that search (Optuna), run through a launcher (submitit), and end with their best job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.core.utils import JobReturn, JobStatus
+
+from vramkit.core.run.multirun_summary import SUMMARY, job_result, summarize
+from vramkit.core.run.resolvers import optuna_direction
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _job(value, status=JobStatus.COMPLETED, overrides=("model.optimizer.lr=0.1",)):
+    job = JobReturn(overrides=list(overrides), status=status)
+    job._return_value = value
+    return job
+
+
+def test_a_failed_job_is_listed_with_its_error_and_the_best_is_picked_by_mode():
+    records = [
+        job_result(_job(0.4), "sweep/0"),
+        job_result(_job(RuntimeError("diverged"), JobStatus.FAILED), "sweep/1"),
+        job_result(_job(0.7), "sweep/2"),
+        job_result(_job(float("nan")), "sweep/3"),
+    ]
+    assert records[1]["status"] == "failed" and records[1]["error"] == "RuntimeError: diverged"
+    assert records[3]["metric"] is None  # a NaN metric ranks nowhere
+    best_max = summarize(records, "max")
+    assert best_max["best"]["folder"] == "sweep/2" and best_max["failed"] == 1
+    assert summarize(records, "min")["best"]["folder"] == "sweep/0"
+    assert len(best_max["jobs"]) == 4
+
+
+def test_the_study_direction_follows_monitor_mode():
+    assert optuna_direction("max") == "maximize"
+    assert optuna_direction("min") == "minimize"
+    with pytest.raises(ValueError, match="max or min"):
+        optuna_direction("maximum")
+
+
+def _sweep(tmp_path: Path, *overrides: str) -> dict:
+    flags = [o for o in overrides if o.startswith("-")]  # Hydra's flags come before overrides
+    values = [o for o in overrides if not o.startswith("-")]
+    command = [sys.executable, "train.py", *flags, "+hw=cpu", "debug=smoke"]
+    command += [f"paths.log_dir={tmp_path}", *values]
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    (summary_path,) = tmp_path.glob(f"text_detection/multiruns/*/{SUMMARY}")
+    return json.loads(summary_path.read_text())
+
+
+@pytest.mark.slow
+def test_an_optuna_sweep_runs_its_trials_and_names_the_best(tmp_path):
+    summary = _sweep(tmp_path, "hparams_search=dbnet_optuna", "hydra.sweeper.n_trials=2")
+    assert len(summary["jobs"]) == 2 and summary["failed"] == 0
+    suggested = [o for o in summary["jobs"][0]["overrides"] if o.startswith("model.optimizer.lr=")]
+    assert suggested and 0.0003 <= float(suggested[0].split("=")[1]) <= 0.01
+    assert summary["best"] is not None and summary["optimized_metric"] == "val/hmean"
+    (results,) = tmp_path.glob("text_detection/multiruns/*/optimization_results.yaml")
+    assert "best_params" in results.read_text()
+
+
+@pytest.mark.slow
+def test_the_submitit_launcher_runs_a_job_in_its_own_process(tmp_path):
+    summary = _sweep(tmp_path, "-m", "hydra/launcher=local_processes", "seed=7")
+    (job,) = summary["jobs"]
+    assert job["status"] == "completed"
+    assert list(tmp_path.glob("text_detection/multiruns/*/.submitit/*/*_log.out"))
