@@ -12,6 +12,7 @@ from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.run_folder import RUN_CONFIG, record_name
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,12 @@ def train(cfg: DictConfig) -> float | None:
     log.info("Hardware profile\n%s", describe_profile(profile))
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "resolved_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    config_name = record_name(output_dir, RUN_CONFIG)
+    (output_dir / config_name).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if cfg.get("ckpt_path"):
+        log.info(
+            "resuming %s; this run writes into %s (%s)", cfg.ckpt_path, output_dir, config_name
+        )
 
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
