@@ -58,5 +58,5 @@ def test_the_exit_status_is_128_plus_the_signal():
 
 
 def test_an_unknown_signal_name_is_refused_with_the_known_ones():
-    with pytest.raises(ValueError, match="SIGTREM.*SIGTERM"):
+    with pytest.raises(ValueError, match=r"SIGTREM.*SIGTERM"):
         parse_signals(["SIGTREM"])
