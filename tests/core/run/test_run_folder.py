@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from vramkit.core.run import run_folder as rf
 from vramkit.core.run.compose import CONF_DIR
@@ -34,28 +35,35 @@ def test_eight_processes_claiming_at_once_get_eight_folders(tmp_path):
     assert len(set(folders)) == 8
 
 
-def test_the_configured_run_dir_claims_a_new_folder_per_run(tmp_path, monkeypatch):
-    """hydra.run.dir of conf/hydra/default.yaml, resolved as two processes would."""
-    monkeypatch.setattr(rf.time, "time", lambda: NOON)
+def _composed(log_dir: Path, *overrides: str) -> DictConfig:
     register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=[f"paths.log_dir={tmp_path}"], return_hydra_config=True)
+        cfg = compose(
+            "train", overrides=[f"paths.log_dir={log_dir}", *overrides], return_hydra_config=True
+        )
     GlobalHydra.instance().clear()
-    dirs = []
-    for _ in range(2):
-        rf._claimed.cache_clear()  # a new process
-        dirs.append(OmegaConf.select(cfg, "hydra.run.dir"))
+    return cfg
+
+
+def test_the_configured_run_dir_claims_a_new_folder_per_run(tmp_path, monkeypatch):
+    """hydra.run.dir of conf/hydra/default.yaml, for two runs composed in the same second."""
+    monkeypatch.setattr(rf.time, "time", lambda: NOON)
+    first, second = _composed(tmp_path), _composed(tmp_path)
+    dirs = [OmegaConf.select(cfg, "hydra.run.dir") for cfg in (first, second)]
     assert dirs[0] != dirs[1]
     assert all(Path(d).parent == tmp_path / "text_detection" / "runs" for d in dirs)
-    assert OmegaConf.select(cfg, "hydra.run.dir") == dirs[1], "one folder per process"
+    assert OmegaConf.select(first, "hydra.run.dir") == dirs[0], "one folder per run"
+    sweep = OmegaConf.select(first, "hydra.sweep.dir")
+    job = copy.deepcopy(first)  # what Hydra's load_sweep_config gives every job, cache included
+    OmegaConf.copy_cache(from_config=first, to_config=job)
+    assert OmegaConf.select(job, "hydra.sweep.dir") == sweep, "every job shares the sweep folder"
 
     run = Path(dirs[0])
     (run / "checkpoints").mkdir()
     (run / rf.RUN_CONFIG).write_text("{}")
-    with open_dict(cfg):
-        cfg.ckpt_path = str(run / "checkpoints" / "last.ckpt")
-    assert OmegaConf.select(cfg, "hydra.run.dir") == str(run), "a resume writes into its run"
+    resumed = _composed(tmp_path, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}")
+    assert OmegaConf.select(resumed, "hydra.run.dir") == str(run), "a resume writes into its run"
 
 
 def test_a_checkpoint_outside_a_run_folder_gets_a_new_folder(tmp_path):

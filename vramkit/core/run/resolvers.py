@@ -42,7 +42,7 @@ def register_resolvers() -> None:
     if not OmegaConf.has_resolver("project_root"):
         OmegaConf.register_new_resolver("project_root", project_root)
     if not OmegaConf.has_resolver("run_folder"):
-        OmegaConf.register_new_resolver("run_folder", run_folder)
+        OmegaConf.register_new_resolver("run_folder", run_folder, use_cache=True)
     if not OmegaConf.has_resolver("run_record"):
         OmegaConf.register_new_resolver("run_record", record_name)
 

@@ -14,7 +14,6 @@ job (``SLURM_RESTART_COUNT`` >= 1) gets its folder back, where Lightning's reque
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import time
@@ -28,16 +27,17 @@ CHECKPOINTS = "checkpoints"
 
 
 def run_folder(runs_dir: str, ckpt_path: str | None = None) -> str:
-    """The folder of this process's run: the resumed run's own, else a new one in ``runs_dir``.
+    """The folder of this run: the resumed run's own, else a new one claimed in ``runs_dir``.
 
-    Cached per process and arguments, so every job of a multirun and every resolution of the
-    interpolation get the same folder.
+    Registered with OmegaConf's resolver cache (``use_cache=True``), like Hydra's ``now``: Hydra
+    copies a config's cache into every job config of a multirun (``load_sweep_config``), also
+    to launchers that run jobs in other processes, so all jobs share one sweep folder.
     """
     if ckpt_path:
         folder = folder_of_checkpoint(Path(ckpt_path))
         if folder is not None:
             return str(folder)
-    return str(_claimed(runs_dir))
+    return str(claim_run_folder(Path(runs_dir), time.time(), dict(os.environ)))
 
 
 def folder_of_checkpoint(checkpoint: Path) -> Path | None:
@@ -48,11 +48,6 @@ def folder_of_checkpoint(checkpoint: Path) -> Path | None:
         return None
     folder = checkpoint.parent.parent
     return folder if (folder / RUN_CONFIG).is_file() else None
-
-
-@functools.cache
-def _claimed(runs_dir: str) -> Path:
-    return claim_run_folder(Path(runs_dir), time.time(), dict(os.environ))
 
 
 def claim_run_folder(runs_dir: Path, now: float, environ: dict[str, str]) -> Path:
