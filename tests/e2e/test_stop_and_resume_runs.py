@@ -33,6 +33,7 @@ def test_sigterm_before_the_first_epoch_ends_saves_and_exits_143(tmp_path, share
             str(REPO_ROOT / "train.py"),
             *TINY,
             "trainer.max_epochs=3",
+            "data.num_workers=0",  # (loader workers are drilled in test_exact_resume.py)
             "callbacks.last_checkpoint.every_n_train_steps=null",  # only the stop writes one
             "+callbacks.drill._target_=drill_callbacks.SignalSelf",
             f"+callbacks.drill.signum={int(signal.SIGTERM)}",
