@@ -42,6 +42,12 @@ class MaxTimeAnnealing(L.Callback):
     schedule's end. The end follows the pace both ways (never beyond the planned one), is saved
     with the scheduler, and a resumed run measures its own pace. Without ``max_time`` the
     callback does nothing.
+
+    The last measured pace is saved with the checkpoint. A resumed run re-plans the end at once:
+    from that pace and the time it has (a resumed run gets the whole ``max_time`` again, see
+    :class:`~vramkit.core.callbacks.fresh_time_budget.FreshTimeBudget`), or back to the planned
+    end when it has no ``max_time``, so it never trains on at the rate of zero an earlier stop
+    had annealed to.
     """
 
     def __init__(
@@ -65,7 +71,16 @@ class MaxTimeAnnealing(L.Callback):
         self._start_step = 0
         self._reference: tuple[int, float] | None = None  # (step, elapsed s) the pace starts at
         self._last_checked_step = -1
+        self._pace: float | None = None  # last measured seconds per step (saved with the run)
+        self._resumed = False  # the state came from a checkpoint
         self.moves = 0  # times the end moved in this run (for the log and tests)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pace_s_per_step": self._pace}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pace = state_dict.get("pace_s_per_step")
+        self._resumed = True
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         timers = [callback for callback in trainer.callbacks if isinstance(callback, Timer)]
@@ -82,6 +97,36 @@ class MaxTimeAnnealing(L.Callback):
             )
         self._start_step = trainer.global_step
         self._reference = None
+        if self._resumed and self._schedulers:
+            self._replan_after_resume(trainer)
+
+    def _replan_after_resume(self, trainer: L.Trainer) -> None:
+        step = trainer.global_step
+        if self._timer is not None and self._pace is not None:
+            left = max(0.0, self._timer.time_remaining() or 0.0)
+            end = step + int(left * (1.0 - self.safety_fraction) / self._pace)
+            reason = f"{timedelta(seconds=int(left))} of max_time at {self._pace:.2f} s/step"
+        else:
+            end = max(scheduler.planned_steps for scheduler in self._schedulers)
+            reason = "the planned end" if self._timer is None else "no measured pace yet"
+        end = int(trainer.strategy.broadcast(end))
+        before = self._schedulers[0].total_steps
+        if not any([scheduler.end_at(end) for scheduler in self._schedulers]):
+            return
+        for scheduler in self._schedulers:
+            # The rate of the next step was set by the saved run's last scheduler step, with the
+            # old end; without this, one more step would run at it (zero after a max_time stop).
+            for group, rate in zip(
+                scheduler.optimizer.param_groups, scheduler.get_lr(), strict=True
+            ):
+                group["lr"] = rate
+        log.info(
+            "resumed at step %d: the learning-rate decay now ends at step %d (was %d; %s)",
+            step,
+            self._schedulers[0].total_steps,
+            before,
+            reason,
+        )
 
     def on_train_batch_end(
         self,
@@ -105,6 +150,7 @@ class MaxTimeAnnealing(L.Callback):
         if (step - reference_step) % self.check_every_n_steps:
             return
         pace = (self._timer.time_elapsed() - reference_elapsed) / (step - reference_step)
+        self._pace = pace
         left = max(0.0, self._timer.time_remaining() or 0.0)
         # Every process must decay alike, or DDP replicas would drift apart.
         end = int(

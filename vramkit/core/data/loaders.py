@@ -6,9 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vramkit.core.data.loader_workers import init_loader_worker
+from vramkit.core.data.resumable_loader import EpochOrder, ResumableDataLoader
+from vramkit.core.data.sample_seeds import SeededSamples
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,22 +45,44 @@ def build_loader(
 ) -> DataLoader:
     """A DataLoader of ``batch_size`` samples (or the batches of ``batch_sampler``).
 
+    A shuffled loader without a ``batch_sampler`` is a
+    :class:`~vramkit.core.data.resumable_loader.ResumableDataLoader`: its order and every
+    sample's random augmentation follow from the order seed and the epoch, and a checkpoint holds
+    its position, so a resumed run continues at the next batch with the same samples, whatever
+    the number of workers. The order seed is ``torch.initial_seed()`` (the run's ``seed``
+    under ``seed_everything``); no loader draws from torch's global generator, so building and
+    iterating loaders leaves the training step's random numbers alone.
+
     With workers, every worker runs :func:`init_loader_worker` (freed memory kept for reuse,
     Lightning's seeding) and, when ``persistent_workers``, lives across epochs, keeping what it
     built; ``prefetch_factor`` batches each are prepared ahead (PyTorch's default when None).
     Without workers those settings do not apply and are left out, as DataLoader requires.
     """
     workers = num_workers > 0
+    seed = torch.initial_seed()
+    common: dict[str, Any] = {
+        "num_workers": num_workers,
+        "pin_memory": pin_memory,
+        "persistent_workers": persistent_workers and workers,
+        "prefetch_factor": prefetch_factor if workers else None,
+        "collate_fn": collate_fn,
+        "worker_init_fn": init_loader_worker if workers else None,
+        # the workers' base seed comes from here, not from torch's global generator
+        "generator": torch.Generator().manual_seed(seed),
+    }
+    if shuffle and batch_sampler is None:
+        return ResumableDataLoader(
+            SeededSamples(dataset),
+            sampler=EpochOrder(len(dataset), seed=seed),  # type: ignore[arg-type]
+            batch_size=batch_size,
+            drop_last=drop_last,
+            **common,
+        )
     return DataLoader(
         dataset,
         batch_size=batch_size if batch_sampler is None else 1,
         shuffle=shuffle if batch_sampler is None else False,
         drop_last=drop_last if batch_sampler is None else False,
         batch_sampler=batch_sampler,
-        num_workers=num_workers,
-        pin_memory=pin_memory,
-        persistent_workers=persistent_workers and workers,
-        prefetch_factor=prefetch_factor if workers else None,
-        collate_fn=collate_fn,
-        worker_init_fn=init_loader_worker if workers else None,
+        **common,
     )

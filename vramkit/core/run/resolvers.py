@@ -7,6 +7,9 @@
   run on a T4 uses, without starting one.
 - ``${project_root:}``: the repository, where ``conf/``, ``data/`` and ``logs/`` live
   (``PROJECT_ROOT`` in the environment moves it).
+- ``${run_folder:<runs folder>,${ckpt_path}}`` and ``${run_record:<run folder>,<name>}``: a run
+  folder of its own, the resumed run's folder again, and record names that keep the first run's
+  (:mod:`vramkit.core.run.run_folder`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from vramkit.core.hardware.profile import FIELD_NAMES, HardwareProfile
 from vramkit.core.hardware.settled import reads_hw_node
 from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.run_folder import record_name, run_folder
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 """The repository (an editable install's checkout): where ``conf/`` lives."""
@@ -32,13 +36,17 @@ _previews: dict[int, tuple[weakref.ref, HardwareProfile]] = {}
 
 
 def register_resolvers() -> None:
-    """Register ``resolved_hw``, ``project_root`` and ``optuna_direction`` (idempotent)."""
+    """Register the config's resolvers with OmegaConf (idempotent)."""
     if not OmegaConf.has_resolver("resolved_hw"):
         OmegaConf.register_new_resolver("resolved_hw", resolved_hw)
     if not OmegaConf.has_resolver("project_root"):
         OmegaConf.register_new_resolver("project_root", project_root)
     if not OmegaConf.has_resolver("optuna_direction"):
         OmegaConf.register_new_resolver("optuna_direction", optuna_direction)
+    if not OmegaConf.has_resolver("run_folder"):
+        OmegaConf.register_new_resolver("run_folder", run_folder, use_cache=True)
+    if not OmegaConf.has_resolver("run_record"):
+        OmegaConf.register_new_resolver("run_record", record_name)
 
 
 def optuna_direction(monitor_mode: str) -> str:

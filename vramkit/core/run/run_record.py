@@ -54,10 +54,10 @@ def environment() -> dict[str, Any]:
     }
 
 
-def write_run_record(output_dir: Path, repo: Path) -> Path:
-    """Write `run_environment.json` (code version and environment) into `output_dir`."""
+def write_run_record(output_dir: Path, repo: Path, name: str = RECORD_NAME) -> Path:
+    """Write `name` (`run_environment.json`: code version and environment) into `output_dir`."""
     record = {"code": code_version(repo), "environment": environment()}
-    path = Path(output_dir) / RECORD_NAME
+    path = Path(output_dir) / name
     atomic_write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())
     return path
 

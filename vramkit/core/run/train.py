@@ -6,13 +6,15 @@ import logging
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.resolve_hardware import resolve_hardware
-from vramkit.core.run.run_record import write_run_record
+from vramkit.core.run.run_folder import RUN_CONFIG, record_name
+from vramkit.core.run.run_record import RECORD_NAME, write_run_record
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +29,7 @@ def train(cfg: DictConfig) -> float | None:
     # model work.
     profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir))
     log.info("Hardware profile\n%s", describe_profile(profile))
-    output_dir = Path(cfg.paths.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "resolved_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    write_run_record(output_dir, repo=Path(cfg.paths.root_dir))
+    _record_config(cfg, Path(cfg.paths.output_dir))
 
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
@@ -47,6 +46,21 @@ def train(cfg: DictConfig) -> float | None:
         return _optimized_metric(trainer, cfg.get("optimized_metric"))
     finally:
         finish_wandb()
+
+
+@rank_zero_only
+def _record_config(cfg: DictConfig, output_dir: Path) -> None:
+    # Once per run, not per DDP process; a resumed run keeps the first run's record.
+    output_dir.mkdir(parents=True, exist_ok=True)
+    config_name = record_name(output_dir, RUN_CONFIG)
+    (output_dir / config_name).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    write_run_record(
+        output_dir, repo=Path(cfg.paths.root_dir), name=record_name(output_dir, RECORD_NAME)
+    )
+    if cfg.get("ckpt_path"):
+        log.info(
+            "resuming %s; this run writes into %s (%s)", cfg.ckpt_path, output_dir, config_name
+        )
 
 
 def _optimized_metric(trainer: L.Trainer, name: str | None) -> float | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -230,15 +229,17 @@ class PolygonTransform:
     ``anchor_crops``: the pipeline holds :class:`ScaleRotateCrop`, so the centres of the care
     polygons are passed along for it to place its crop around text.
 
-    Every process re-seeds the pipeline on first use from ``torch.initial_seed()`` (distinct in
-    each DataLoader worker, fixed by ``seed_everything`` in the main process): albumentations keeps
-    its own random state, which forked workers would otherwise share and repeat.
+    The pipeline is re-seeded from ``torch.initial_seed()`` whenever that seed changes:
+    albumentations keeps its own random state, which forked workers would otherwise share and
+    repeat. The seed changes once per DataLoader worker, and before every sample that vramkit's
+    loaders seed by itself (:mod:`vramkit.core.data.sample_seeds`), which makes a sample's
+    augmentation independent of the worker and of where a resumed run started.
     """
 
     def __init__(self, pipeline: A.Compose, *, anchor_crops: bool = False) -> None:
         self.pipeline = pipeline
         self.anchor_crops = anchor_crops
-        self._seeded_in_pid: int | None = None
+        self._seeded_with: int | None = None
 
     def __call__(
         self,
@@ -250,9 +251,10 @@ class PolygonTransform:
 
         ``ignore`` (optional) marks ``###`` polygons, which text-centred crops do not aim at.
         """
-        if self._seeded_in_pid != os.getpid():
-            self.pipeline.set_random_seed(torch.initial_seed() % 2**32)
-            self._seeded_in_pid = os.getpid()
+        seed = torch.initial_seed()
+        if self._seeded_with != seed:
+            self.pipeline.set_random_seed(seed % 2**32)
+            self._seeded_with = seed
         arrays = [np.asarray(polygon, dtype=np.float32).reshape(-1, 2) for polygon in polygons]
         sizes = [len(array) for array in arrays]
         keypoints = np.concatenate(arrays) if arrays else np.zeros((0, 2), dtype=np.float32)

@@ -1,0 +1,166 @@
+"""last.ckpt: written every n steps, at epoch ends and at stops; a fit resumed from any of them ends
+bitwise where the uninterrupted fit ends; stop signals save, then end the run non-zero."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch.callbacks import ModelCheckpoint
+from resumable_fit import STEPS_PER_EPOCH, fit, same, weights
+
+from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
+from vramkit.core.run.stop_signals import RunStopped
+
+
+class SignalSelf(L.Callback):
+    """Sends ``signum`` to this process at the end of training step ``step`` (or of the first
+    validation batch after it, with ``in_validation``)."""
+
+    def __init__(self, signum: int, step: int, in_validation: bool = False) -> None:
+        self.signum, self.step, self.in_validation = signum, step, in_validation
+        self.sent = False
+
+    def _send(self, trainer: L.Trainer) -> None:
+        if not self.sent and trainer.global_step >= self.step:
+            self.sent = True
+            os.kill(os.getpid(), self.signum)
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if not self.in_validation:
+            self._send(trainer)
+
+    def on_validation_batch_end(self, trainer, *args) -> None:
+        if self.in_validation:
+            self._send(trainer)
+
+
+class StopAt(L.Callback):
+    """Sets ``trainer.should_stop`` at training step ``step``, as max_time's Timer does."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step == self.step:
+            trainer.should_stop = True
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory):
+    """Final weights of a 2-epoch fit, and a checkpoint of every one of its steps."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    every_step = ModelCheckpoint(
+        dirpath=folder / "steps", filename="{step}", every_n_train_steps=1, save_top_k=-1
+    )
+    _, model = fit(folder, callbacks=[every_step])
+    return weights(model), folder / "steps"
+
+
+@pytest.mark.parametrize("step", [1, STEPS_PER_EPOCH - 1, STEPS_PER_EPOCH + 2])
+def test_a_fit_resumed_mid_epoch_ends_with_the_same_weights(step, uninterrupted, tmp_path):
+    final, steps = uninterrupted
+    _, resumed = fit(tmp_path, ckpt_path=steps / f"step={step}.ckpt")
+    assert same(weights(resumed), final)
+
+
+def test_without_the_random_state_dropout_makes_the_resumed_fit_differ(uninterrupted, tmp_path):
+    final, steps = uninterrupted
+    _, resumed = fit(tmp_path, ckpt_path=steps / "step=3.ckpt", restore_random_state=False)
+    assert not same(weights(resumed), final)
+
+
+def test_last_ckpt_follows_the_steps_and_the_epoch_ends(tmp_path):
+    written = []
+
+    class Spy(L.Callback):
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+            written.append(checkpoint["global_step"])
+
+    fit(tmp_path, epochs=1, every_n_train_steps=2, callbacks=[Spy()])
+    # steps 2, 4, 6 and the end of the epoch (step 6 again, after validation)
+    assert written == [2, 4, 6, 6]
+    assert torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"] == 6
+
+
+def test_an_early_stop_keeps_its_step_so_the_resumed_run_finishes_the_cut_epoch(
+    uninterrupted, tmp_path
+):
+    final, _ = uninterrupted
+    stop_step = STEPS_PER_EPOCH + 2
+    trainer, _ = fit(tmp_path, every_n_train_steps=None, callbacks=[StopAt(stop_step)])
+    assert trainer.global_step == stop_step
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == stop_step, "the epoch-end write must not replace the stop state"
+    resumed_trainer, resumed = fit(tmp_path / "resumed", ckpt_path=tmp_path / "last.ckpt")
+    assert resumed_trainer.global_step == 2 * STEPS_PER_EPOCH
+    assert same(weights(resumed), final)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGUSR1])
+def test_a_stop_signal_saves_at_the_next_step_and_exits_non_zero(signum, uninterrupted, tmp_path):
+    final, _ = uninterrupted
+    before = signal.getsignal(signum)
+    with pytest.raises(RunStopped) as stopped:
+        fit(tmp_path, every_n_train_steps=None, callbacks=[SignalSelf(signum, step=2)])
+    assert stopped.value.code == 128 + signum and stopped.value.signal == signum
+    assert signal.getsignal(signum) == before, "the previous handler must come back"
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 2 and saved["epoch"] == 0  # before the first epoch ended
+    _, resumed = fit(tmp_path / "resumed", ckpt_path=tmp_path / "last.ckpt")
+    assert same(weights(resumed), final)
+
+
+def test_a_signal_during_validation_stops_when_that_validation_ends(uninterrupted, tmp_path):
+    final, _ = uninterrupted
+    sender = SignalSelf(signal.SIGTERM, step=STEPS_PER_EPOCH, in_validation=True)
+    with pytest.raises(RunStopped):
+        fit(tmp_path, every_n_train_steps=None, callbacks=[sender])
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == STEPS_PER_EPOCH
+    val_progress = saved["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]["current"]
+    assert val_progress["completed"] == val_progress["ready"] == 3, "the whole validation ran"
+    _, resumed = fit(tmp_path / "resumed", ckpt_path=tmp_path / "last.ckpt")
+    assert same(weights(resumed), final)
+
+
+def test_a_slurm_requeue_handler_keeps_sigusr1(tmp_path, monkeypatch):
+    """With SLURM auto-requeue, SIGUSR1 stays Lightning's: it writes its hpc checkpoint and
+    requeues (scontrol is absent here, which it reports), and training goes on."""
+    for key, value in {
+        "SLURM_NTASKS": "1",
+        "SLURM_JOB_NAME": "drill",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_NODELIST": "localhost",
+        "SLURM_LOCALID": "0",
+        "SLURM_PROCID": "0",
+        "SLURM_NODEID": "0",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol: the requeue call fails harmlessly
+    trainer, _ = fit(
+        tmp_path,
+        epochs=1,
+        every_n_train_steps=None,
+        callbacks=[SignalSelf(signal.SIGUSR1, step=2)],
+        plugins=[SLURMEnvironment(auto_requeue=True)],
+    )
+    assert trainer.global_step == STEPS_PER_EPOCH, "SIGUSR1 under SLURM requeue must not stop"
+    assert (tmp_path / "hpc_ckpt_1.ckpt").is_file()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "key"),
+    [
+        ({"every_n_train_steps": 0}, "every_n_train_steps"),
+        ({"stop_signals": ["SIGTREM"]}, "stop_signals"),
+    ],
+)
+def test_bad_settings_name_their_key(arguments: dict, key: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=f"last_checkpoint.{key}"):
+        ResumeCheckpoint(dirpath=str(tmp_path), **arguments)

@@ -1,0 +1,183 @@
+"""Kill a real ``train()`` run with SIGKILL anywhere, resume it from ``last.ckpt``: it ends with
+bitwise the same weights, optimizer state and step as a run that was never interrupted.
+
+The killed run is a forked child of the test process (it inherits the imported modules, so it
+starts in milliseconds) that sends itself SIGKILL at the drill's point: inside an epoch after a
+training step, in the middle of a validation pass, or at the start of an epoch (just after the
+previous epoch's checkpoint). The resumed run writes into the killed run's folder, as a user's
+``python train.py ckpt_path=<run>/checkpoints/last.ckpt`` does.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+from pathlib import Path
+from typing import Any
+
+import cv2
+import lightning as L
+import pytest
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from vramkit.core.run import compose
+from vramkit.core.run.train import train
+
+EPOCHS = 2
+TRAIN_BATCHES = 4  # debug=smoke: 16 images, batches of 4
+VAL_BATCHES = 2  # 4 images, batches of 2
+TINY = (
+    "+hw=cpu",
+    "debug=smoke",
+    "logger=csv",
+    f"trainer.max_epochs={EPOCHS}",
+    "trainer.max_time=null",  # a wall-clock limit would make the runs differ
+    "batch_size_defaults.val=2",
+    "callbacks.last_checkpoint.every_n_train_steps=1",
+    "callbacks.progress_bar.refresh_rate=0",
+)
+
+
+class KillSelf(L.Callback):
+    """SIGKILL to its own process at one point of the run: (hook, epoch, batch)."""
+
+    def __init__(self, hook: str, epoch: int, batch: int) -> None:
+        self.at = (hook, epoch, batch)
+
+    def _maybe_kill(self, hook: str, trainer: L.Trainer, batch: int) -> None:
+        if (hook, trainer.current_epoch, batch) == self.at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._maybe_kill("train_batch_end", trainer, batch_idx)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *_) -> None:
+        if not trainer.sanity_checking:
+            self._maybe_kill("validation_batch_end", trainer, batch_idx)
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._maybe_kill("train_epoch_start", trainer, 0)
+
+
+def _config(run_dir: Path, data_dir: Path, *overrides: str) -> DictConfig:
+    cfg = compose.compose_config("train", [*TINY, *overrides], output_dir=run_dir)
+    with open_dict(cfg):
+        cfg.paths.log_dir = str(run_dir.parent / "logs")
+        cfg.paths.data_dir = str(data_dir)
+    return cfg
+
+
+def _final_state(run_dir: Path) -> dict[str, Any]:
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    return {
+        "global_step": checkpoint["global_step"],
+        "epoch": checkpoint["epoch"],
+        "weights": checkpoint["state_dict"],
+        "optimizer": checkpoint["optimizer_states"][0]["state"],
+    }
+
+
+def _differences(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+    problems = [
+        f"{key}: {actual[key]} != {expected[key]}"
+        for key in ("global_step", "epoch")
+        if actual[key] != expected[key]
+    ]
+    for part in ("weights", "optimizer"):
+        flat_expected = _flatten(expected[part])
+        flat_actual = _flatten(actual[part])
+        assert flat_expected.keys() == flat_actual.keys()
+        problems += [
+            f"{part} {name}: max |diff| "
+            f"{(flat_actual[name].double() - tensor.double()).abs().max():.3g}"
+            for name, tensor in flat_expected.items()
+            if not torch.equal(tensor, flat_actual[name])
+        ]
+    return problems
+
+
+def _flatten(tree: dict[Any, Any], prefix: str = "") -> dict[str, torch.Tensor]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        elif isinstance(value, torch.Tensor):
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _run_killed(cfg: DictConfig, kill_at: tuple[str, int, int]) -> int | None:
+    with open_dict(cfg):
+        cfg.callbacks.kill_self = OmegaConf.create(
+            {"_target_": f"{KillSelf.__module__}.KillSelf", "hook": kill_at[0]}
+            | {"epoch": kill_at[1], "batch": kill_at[2]}
+        )
+    child = multiprocessing.get_context("fork").Process(target=train, args=(cfg,))
+    child.start()
+    child.join(timeout=120)
+    return child.exitcode
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, shared_data_dir: Path):
+    """The final state of the uninterrupted run (0 loader workers)."""
+    # A child forked while OpenCV's thread pool runs hangs in its first parallel OpenCV call
+    # (the text-detection datamodule stops the pool before forking loader workers, likewise).
+    cv2.setNumThreads(1)
+    run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
+    try:
+        train(_config(run_dir, shared_data_dir, "data.num_workers=0"))
+    finally:
+        compose.forget_composition()
+    return _final_state(run_dir)
+
+
+# Kill points drawn once from a fixed seed (so a failure names a point that reproduces it).
+# Mid-epoch: at the end of training batch b >= 1 before its checkpoint is written, so the run
+# resumes inside the epoch from batch b - 1 and trains batch b again. In validation: after a
+# validation batch that is not the last one, in an epoch that training continues after.
+_DRAW = random.Random(2024)
+MID_EPOCH = ("train_batch_end", _DRAW.randrange(EPOCHS), _DRAW.randrange(1, TRAIN_BATCHES))
+IN_VALIDATION = (
+    "validation_batch_end",
+    _DRAW.randrange(EPOCHS - 1),
+    _DRAW.randrange(VAL_BATCHES - 1),
+)
+EPOCH_BOUNDARY = ("train_epoch_start", EPOCHS - 1, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kill_at", "workers"),
+    [
+        (MID_EPOCH, 0),
+        (MID_EPOCH, 1),
+        (IN_VALIDATION, 0),
+        (IN_VALIDATION, 1),
+        (EPOCH_BOUNDARY, 0),
+    ],
+    ids=["mid_epoch-w0", "mid_epoch-w1", "in_validation-w0", "in_validation-w1", "epoch-w0"],
+)
+def test_a_run_killed_anywhere_resumes_to_the_same_weights(
+    kill_at, workers, uninterrupted, tmp_path, shared_data_dir
+):
+    run_dir = tmp_path / "run"
+    workers_override = f"data.num_workers={workers}"
+    try:
+        exit_code = _run_killed(_config(run_dir, shared_data_dir, workers_override), kill_at)
+        assert exit_code == -signal.SIGKILL, f"the drill did not kill the run at {kill_at}"
+        killed_at = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+        assert killed_at["global_step"] < EPOCHS * TRAIN_BATCHES, "nothing was left to resume"
+        last = run_dir / "checkpoints" / "last.ckpt"
+        train(_config(run_dir, shared_data_dir, workers_override, f"ckpt_path={last}"))
+    finally:
+        compose.forget_composition()
+    problems = _differences(uninterrupted, _final_state(run_dir))
+    assert not problems, (
+        f"killed at {kill_at} (step {killed_at['global_step']}) with {workers} workers, "
+        f"the resumed run differs from the uninterrupted one in {len(problems)} values: "
+        + "; ".join(problems[:8])
+    )

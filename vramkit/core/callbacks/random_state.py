@@ -1,0 +1,88 @@
+"""The run's global random generators travel with its checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def capture_random_state() -> dict[str, Any]:
+    """The states of Python's ``random``, NumPy's global generator, torch's CPU generator and,
+    once CUDA is initialised, every CUDA device's generator."""
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": _numpy_state_plain(np.random.get_state()),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _numpy_state_plain(state: tuple[Any, ...]) -> tuple[Any, ...]:
+    # ("MT19937", uint32 keys, pos, has_gauss, cached_gaussian) with the keys as a list: a
+    # checkpoint read with torch.load(weights_only=True) may hold no NumPy arrays.
+    name, keys, position, has_gauss, cached_gaussian = state
+    return (name, keys.tolist(), int(position), int(has_gauss), float(cached_gaussian))
+
+
+def _numpy_state_from_plain(state: tuple[Any, ...]) -> tuple[Any, ...]:
+    name, keys, position, has_gauss, cached_gaussian = state
+    return (name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached_gaussian)
+
+
+def restore_random_state(state: dict[str, Any]) -> None:
+    """Set the generators to ``state`` (from :func:`capture_random_state`).
+
+    CUDA states are restored only onto as many devices as were saved; a checkpoint from another
+    device count, or from a CPU run, leaves the CUDA generators as they are and says so.
+    """
+    random.setstate(state["python"])
+    np.random.set_state(_numpy_state_from_plain(state["numpy"]))
+    torch.set_rng_state(state["torch"])
+    cuda_states = state.get("cuda")
+    if cuda_states is None or not torch.cuda.is_available():
+        return
+    if len(cuda_states) != torch.cuda.device_count():
+        log.warning(
+            "the checkpoint holds the CUDA generators of %d devices, this machine has %d: "
+            "they are not restored, so CUDA random numbers (dropout) differ from the saved run",
+            len(cuda_states),
+            torch.cuda.device_count(),
+        )
+        return
+    torch.cuda.set_rng_state_all(cuda_states)
+
+
+class RandomState(L.Callback):
+    """Saves the global random generators with every checkpoint and restores them when a run
+    resumes, so dropout and every other draw in the training step continue where they were.
+
+    The states are taken when the checkpoint is written and set back at ``on_train_start`` of
+    the resumed run: by then the resumed process has built its model and loaders (which draw
+    random numbers of their own), and nothing between that hook and the next training step
+    draws any. vramkit's loaders take nothing from these generators
+    (:mod:`vramkit.core.data.sample_seeds`), so the states at a step boundary are all a
+    continuation needs.
+    """
+
+    def __init__(self) -> None:
+        self._saved: dict[str, Any] | None = None  # states read from a checkpoint, not yet set
+
+    def state_dict(self) -> dict[str, Any]:
+        return capture_random_state()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._saved = state_dict
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._saved is not None:
+            restore_random_state(self._saved)
+            self._saved = None

@@ -1,0 +1,167 @@
+"""``last.ckpt``: the checkpoint a run resumes from, written whenever the run could be lost."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
+
+from vramkit.core.config.schema import check_settings
+from vramkit.core.config.source import source_of
+from vramkit.core.run.stop_signals import STOP_SIGNALS, RunStopped, StopSignals, parse_signals
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResumeCheckpointSettings:
+    """The keys of ``callbacks.last_checkpoint`` (conf/callbacks/last_checkpoint.yaml)."""
+
+    dirpath: str | None = None
+    """The run's checkpoint folder."""
+    filename: str = "last"
+    """File name without ``.ckpt``."""
+    every_n_train_steps: int | None = field(default=50, metadata={"ge": 1})
+    """Optimizer steps between writes inside an epoch; null: only at epoch ends and stops."""
+    stop_signals: tuple[str, ...] = STOP_SIGNALS
+    """Signals that stop the run at the next step boundary, with this checkpoint written."""
+
+
+class ResumeCheckpoint(ModelCheckpoint):
+    """Keeps ``<dirpath>/<filename>.ckpt`` a state a run continues from exactly.
+
+    It is written
+
+    - every ``every_n_train_steps`` optimizer steps, so a run killed mid-epoch (SIGKILL, a crash,
+      a power cut) loses at most that many steps;
+    - at the end of every epoch, after validation;
+    - when the run stops early: at the step where ``trainer.should_stop`` is first set
+      (``max_time``, early stopping), and that state is kept, so that the resumed run continues
+      the cut epoch at its next batch instead of skipping the rest of it;
+    - on a stop signal (``stop_signals``, by default SIGTERM, SIGINT and SIGUSR1): at the next
+      training step boundary, or at the end of the validation pass the signal interrupted; the
+      run then ends with :class:`~vramkit.core.run.stop_signals.RunStopped` (exit status 128 +
+      the signal number), never as a success. Lightning's SLURM auto-requeue keeps SIGUSR1.
+
+    A ``ModelCheckpoint`` without a monitor, so checkpoint retention and loggers know the file
+    as the run's last checkpoint; training position, loader position (vramkit's loaders) and
+    random generators (:class:`~vramkit.core.callbacks.random_state.RandomState`) travel in it.
+    Signals are taken over only in a single-process run; under DDP Lightning's own SIGTERM
+    handling stays.
+    """
+
+    def __init__(
+        self,
+        dirpath: str | None = None,
+        filename: str = "last",
+        every_n_train_steps: int | None = 50,
+        stop_signals: tuple[str, ...] | list[str] = STOP_SIGNALS,
+    ) -> None:
+        settings = check_settings(
+            {
+                "dirpath": dirpath,
+                "filename": filename,
+                "every_n_train_steps": every_n_train_steps,
+                "stop_signals": stop_signals,
+            },
+            ResumeCheckpointSettings,
+            key_prefix="callbacks.last_checkpoint.",
+            source=source_of("callbacks", node="last_checkpoint"),
+        )
+        try:
+            signals = parse_signals(settings.stop_signals)
+        except ValueError as error:
+            raise ValueError(f"callbacks.last_checkpoint.stop_signals: {error}") from None
+        super().__init__(
+            dirpath=settings.dirpath,
+            filename=settings.filename,
+            monitor=None,
+            save_top_k=1,
+            enable_version_counter=False,
+            save_on_train_epoch_end=True,
+        )
+        self.every_n_steps = settings.every_n_train_steps
+        self.stop_signals = StopSignals(signals)
+        self._stopped_in_epoch: int | None = None  # epoch whose stop state last.ckpt holds
+
+    @property
+    def path(self) -> Path:
+        """The checkpoint file."""
+        return Path(str(self.dirpath)) / f"{self.filename}{self.FILE_EXTENSION}"
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # After Lightning installed its own SIGTERM handler (Trainer._run), which this replaces.
+        if trainer.world_size == 1 and not trainer.fast_dev_run:
+            self.stop_signals.install()
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if not self._writes(trainer):
+            return
+        if self.stop_signals.received is not None:
+            self._stop_on_signal(trainer)
+        if trainer.should_stop:
+            if self._stopped_in_epoch != trainer.current_epoch:
+                self._write(trainer, "the run stops early")
+                self._stopped_in_epoch = trainer.current_epoch
+            return
+        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+            self._write(trainer, f"every {self.every_n_steps} steps")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._writes(trainer) and self.stop_signals.received is not None:
+            self._stop_on_signal(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._writes(trainer):
+            return
+        if self.stop_signals.received is not None:
+            self._stop_on_signal(trainer)
+        if trainer.should_stop and self._stopped_in_epoch == trainer.current_epoch:
+            return  # keep the state of the step the run stopped at
+        self._write(trainer, "end of epoch")
+
+    # The handlers go back before Lightning's teardown restores the ones from before the fit
+    # (Trainer._teardown runs after on_train_end and on_exception, before the teardown hooks).
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.stop_signals.uninstall()
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self.stop_signals.uninstall()
+
+    def _writes(self, trainer: L.Trainer) -> bool:
+        return (
+            trainer.state.fn == TrainerFn.FITTING
+            and not trainer.sanity_checking
+            and not trainer.fast_dev_run
+        )
+
+    def _write(self, trainer: L.Trainer, reason: str) -> None:
+        trainer.save_checkpoint(self.path)
+        self.last_model_path = self.best_model_path = str(self.path)
+        log.debug("wrote %s at step %d (%s)", self.path, trainer.global_step, reason)
+
+    def _stop_on_signal(self, trainer: L.Trainer) -> None:
+        received = self.stop_signals.received
+        assert received is not None
+        self._write(trainer, received.name)
+        message = (
+            f"{received.name}: stopped at step {trainer.global_step} (epoch "
+            f"{trainer.current_epoch}) and saved {self.path}; continue the run with the same "
+            f"overrides and ckpt_path={self.path}"
+        )
+        log.warning(message)
+        raise RunStopped(received, message)

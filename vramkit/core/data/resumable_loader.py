@@ -1,0 +1,121 @@
+"""A training loader that a checkpoint can stop and restart at any batch.
+
+Lightning saves the ``state_dict()`` of every training loader that has one into the checkpoint
+(``fit_loop.state_dict()["combined_loader"]``) and hands it back to ``load_state_dict()`` before
+the resumed run iterates (``lightning/pytorch/loops/fit_loop.py``, ``_FitLoop.setup_data`` and
+``on_save_checkpoint``). :class:`ResumableDataLoader` provides that pair: its state is the order
+seed, the epoch and the number of batches handed out in it, which is all a continuation needs
+because :class:`EpochOrder` makes the order of every epoch a function of (seed, epoch) and
+:class:`~vramkit.core.data.sample_seeds.SeededSamples` makes every sample's augmentation a
+function of (seed, epoch, index). Lightning's training fetcher does not read ahead of a loader
+whose length is known (``lightning/pytorch/loops/fetchers.py``), so the batches handed out are
+exactly the batches trained on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from vramkit.core.data.sample_seeds import SampleKey, mixed_seed
+
+log = logging.getLogger(__name__)
+
+
+class EpochOrder(Sampler[SampleKey]):
+    """Each of ``size`` samples once per epoch, as :class:`SampleKey` (index and sample seed).
+
+    The order is a permutation drawn from (``seed``, epoch) when ``shuffle``, else 0..size-1.
+    Lightning calls :meth:`set_epoch` before each epoch (``_set_sampler_epoch``). It draws from
+    no global generator, so building or iterating it changes no other random numbers of the run.
+    """
+
+    def __init__(self, size: int, *, seed: int, shuffle: bool = True) -> None:
+        if size < 0:
+            raise ValueError(f"size must be >= 0, got {size}")
+        self.size = size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+        self._start = 0  # position the next pass starts at (a resumed epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of ``epoch`` from the next pass on."""
+        self.epoch = epoch
+
+    def start_next_pass_at(self, position: int) -> None:
+        """Skip the first ``position`` samples of the next pass only."""
+        self._start = position
+
+    def order(self, epoch: int) -> list[int]:
+        """The sample indices of ``epoch`` in the order they are visited."""
+        if not self.shuffle:
+            return list(range(self.size))
+        generator = torch.Generator().manual_seed(mixed_seed(self.seed, epoch))
+        return torch.randperm(self.size, generator=generator).tolist()
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[SampleKey]:
+        epoch, start = self.epoch, self._start
+        self._start = 0
+        for index in self.order(epoch)[start:]:
+            yield SampleKey(index, mixed_seed(self.seed, epoch, index))
+
+
+class ResumableDataLoader(DataLoader):
+    """A ``DataLoader`` over an :class:`EpochOrder` whose position is saved with the checkpoint.
+
+    Its ``__init__`` is DataLoader's own, so Lightning can re-create it with another sampler
+    (distributed training); with a sampler other than :class:`EpochOrder` its state is empty and
+    a resumed epoch starts from its first batch, as a plain DataLoader would.
+    """
+
+    _batches_done = 0  # batches handed out in the current pass
+    _resume: tuple[int, int] | None = None  # (epoch, batches done) read from a checkpoint
+
+    def state_dict(self) -> dict[str, Any]:
+        """The order seed, the epoch and the batches of it handed out so far."""
+        if not isinstance(self.sampler, EpochOrder):
+            return {}
+        return {
+            "order_seed": self.sampler.seed,
+            "epoch": self.sampler.epoch,
+            "batches_done": self._batches_done,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue the saved epoch at its next batch (once Lightning sets that epoch again)."""
+        if not state_dict:
+            return
+        if not isinstance(self.sampler, EpochOrder):
+            log.warning(
+                "the checkpoint holds a loader position, but this loader's sampler is a %s: "
+                "the resumed epoch starts from its first batch",
+                type(self.sampler).__name__,
+            )
+            return
+        self.sampler.seed = int(state_dict["order_seed"])
+        self.sampler.set_epoch(int(state_dict["epoch"]))
+        self._resume = (int(state_dict["epoch"]), int(state_dict["batches_done"]))
+
+    def __iter__(self) -> Iterator[Any]:
+        # A generator: nothing is read before the first batch is asked for, which Lightning does
+        # after it has set the epoch, so a position saved at the end of an epoch (Lightning then
+        # sets the next epoch) is dropped, and one saved inside the epoch is used.
+        skip = 0
+        if self._resume is not None and isinstance(self.sampler, EpochOrder):
+            epoch, batches_done = self._resume
+            if epoch == self.sampler.epoch and batches_done < len(self):
+                skip = batches_done
+                self.sampler.start_next_pass_at(skip * (self.batch_size or 1))
+        self._resume = None
+        self._batches_done = skip
+        for batch in super().__iter__():
+            self._batches_done += 1
+            yield batch

@@ -1,0 +1,91 @@
+"""Run folders: one per run, claimed atomically, and the same one again for a resumed run.
+
+``conf/hydra/default.yaml`` names the run folder ``${run_folder:<runs folder>,${ckpt_path}}``.
+A folder named only by the time (``${now:%Y-%m-%d_%H-%M-%S}``) is shared by two runs started in
+the same second, which then overwrite each other's checkpoints and config. Here the folder is
+created with ``mkdir`` that fails when it exists (atomic on POSIX file systems, NFS included), and
+a taken name gets a suffix (``..._2``, ``..._3``). A run resumed from ``<run>/checkpoints/*.ckpt``
+writes into ``<run>`` again, with its own config records beside the first ones.
+
+Under SLURM the folder is named after the job (``slurm-<job id>[_<array task>]``), and a requeued
+job (``SLURM_RESTART_COUNT`` >= 1) gets its folder back, where Lightning's requeue checkpoint
+(``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``) and ``last.ckpt`` wait for it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from pathlib import Path
+
+RUN_CONFIG = "resolved_config.yaml"
+"""The config a run used, written into its folder (a resumed run's get a ``resume_<n>`` name)."""
+
+CHECKPOINTS = "checkpoints"
+"""The folder of a run's checkpoints (``callbacks.*.dirpath``)."""
+
+
+def run_folder(runs_dir: str, ckpt_path: str | None = None) -> str:
+    """The folder of this run: the resumed run's own, else a new one claimed in ``runs_dir``.
+
+    Registered with OmegaConf's resolver cache (``use_cache=True``), like Hydra's ``now``: Hydra
+    copies a config's cache into every job config of a multirun (``load_sweep_config``), also
+    to launchers that run jobs in other processes, so all jobs share one sweep folder.
+    """
+    if ckpt_path:
+        folder = folder_of_checkpoint(Path(ckpt_path))
+        if folder is not None:
+            return str(folder)
+    return str(claim_run_folder(Path(runs_dir), time.time(), dict(os.environ)))
+
+
+def folder_of_checkpoint(checkpoint: Path) -> Path | None:
+    """The run folder ``checkpoint`` lies in (``<run>/checkpoints/<name>.ckpt`` of a run that
+    wrote its config), else None."""
+    checkpoint = checkpoint.expanduser().absolute()
+    if checkpoint.parent.name != CHECKPOINTS:
+        return None
+    folder = checkpoint.parent.parent
+    return folder if (folder / RUN_CONFIG).is_file() else None
+
+
+def claim_run_folder(runs_dir: Path, now: float, environ: dict[str, str]) -> Path:
+    """Create and return a folder in ``runs_dir`` that no other run has: named by the local time
+    ``now`` (seconds since the epoch), or by the SLURM job in ``environ``; a taken name gets a
+    suffix. A requeued SLURM job gets its existing folder."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    name = _slurm_name(environ) or time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now))
+    if name.startswith("slurm-") and int(environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0:
+        (runs_dir / name).mkdir(exist_ok=True)
+        return runs_dir / name
+    for attempt in itertools.count(1):
+        folder = runs_dir / (name if attempt == 1 else f"{name}_{attempt}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise AssertionError("unreachable")  # itertools.count never ends
+
+
+def _slurm_name(environ: dict[str, str]) -> str | None:
+    job = environ.get("SLURM_ARRAY_JOB_ID") or environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    task = environ.get("SLURM_ARRAY_TASK_ID")
+    return f"slurm-{job}_{task}" if environ.get("SLURM_ARRAY_JOB_ID") and task else f"slurm-{job}"
+
+
+def record_name(folder: str | Path, name: str) -> str:
+    """``name`` (a file or folder in the run folder ``folder``) when it is free, else
+    ``<stem>.resume_<n><suffix>`` with the first free n (``resolved_config.resume_1.yaml``,
+    ``.hydra.resume_1``): a resumed run keeps the first run's records."""
+    folder, path = Path(folder), Path(name)
+    if not (folder / name).exists():
+        return name
+    for n in itertools.count(1):
+        candidate = f"{path.stem}.resume_{n}{path.suffix}"
+        if not (folder / candidate).exists():
+            return candidate
+    raise AssertionError("unreachable")  # itertools.count never ends

@@ -1,0 +1,112 @@
+"""Stop signals (SIGTERM, SIGINT, SIGUSR1) as a request that training honours at a step boundary.
+
+A scheduler ends a job with a signal: SLURM sends SIGTERM at preemption or at the time limit
+(and SIGUSR1 ahead of it with ``--signal=USR1@<s>``), Colab and cloud shutdowns send SIGTERM, a
+user presses Ctrl-C (SIGINT). Python's default reaction ends the process wherever it is (SIGTERM,
+SIGUSR1) or raises ``KeyboardInterrupt`` in the middle of a step (SIGINT); Lightning's own SIGTERM
+handler ends the run with ``SIGTERMException``, a ``SystemExit`` whose status is 0, so a
+scheduler records success (``lightning/pytorch/utilities/exceptions.py``). Here a signal only
+records the request; the run's resume checkpoint then writes ``last.ckpt`` at the next boundary
+and raises :class:`RunStopped`, whose exit status is 128 + the signal number, the shell's
+convention for "ended by a signal".
+
+A SIGUSR1 handler that is already installed is left alone: Lightning installs one when SLURM
+auto-requeue is on (``lightning/pytorch/trainer/connectors/signal_connector.py``: it saves an
+``hpc_ckpt`` and runs ``scontrol requeue``), and SLURM's SIGTERM that follows the requeue then
+stops the run here.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")
+"""Signals that stop a run at its next step boundary by default."""
+
+_SIGNAL_EXIT_BASE = 128  # exit status of a process ended by signal N: 128 + N (POSIX shells)
+
+
+class RunStopped(SystemExit):
+    """The run stopped on a signal after saving a resumable checkpoint.
+
+    A ``SystemExit`` with status 128 + the signal number: the process ends non-zero without a
+    traceback, and ``except Exception`` blocks (Hydra's job runner) let it through.
+    """
+
+    def __init__(self, received: signal.Signals, message: str) -> None:
+        super().__init__(_SIGNAL_EXIT_BASE + int(received))
+        self.signal = received
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def parse_signals(names: Sequence[str]) -> tuple[signal.Signals, ...]:
+    """``("SIGTERM", "SIGINT")`` → the signals, refusing a name this platform lacks."""
+    known = {member.name for member in signal.Signals}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(
+            f"unknown signal name(s) {unknown}; stop signals are names like {list(STOP_SIGNALS)}"
+        )
+    return tuple(signal.Signals[name] for name in names)
+
+
+class StopSignals:
+    """Handlers that record the first stop signal instead of ending the process.
+
+    A second SIGINT (Ctrl-C pressed again) raises ``KeyboardInterrupt`` at once, for a user who
+    does not want to wait for the step to finish.
+    """
+
+    def __init__(self, signals: Sequence[signal.Signals]) -> None:
+        self.signals = tuple(signals)
+        self.received: signal.Signals | None = None
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def install(self) -> list[signal.Signals]:
+        """Take over the signals (main thread only; elsewhere nothing changes); the taken ones.
+
+        SIGUSR1 is taken only when nobody handles it yet (see the module's note on SLURM).
+        """
+        if threading.current_thread() is not threading.main_thread() or self._previous:
+            return list(self._previous)
+        self.received = None
+        for signum in self.signals:
+            current = signal.getsignal(signum)
+            if signum == signal.SIGUSR1 and current not in (signal.SIG_DFL, None):
+                log.debug("SIGUSR1 keeps its handler %r (SLURM auto-requeue)", current)
+                continue
+            self._previous[signum] = current
+            signal.signal(signum, self._handle)
+        return list(self._previous)
+
+    def uninstall(self) -> None:
+        """Give the signals their previous handlers back."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._previous = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        received = signal.Signals(signum)
+        if self.received is not None:
+            if received == signal.SIGINT:
+                self.uninstall()
+                raise KeyboardInterrupt
+            return
+        self.received = received
+        log.warning(
+            "%s received: the run stops after the current step, with a resumable checkpoint%s",
+            received.name,
+            " (Ctrl-C again to quit at once)" if received == signal.SIGINT else "",
+        )
