@@ -44,6 +44,24 @@ def use_cuda_defaults(optimizer: torch.optim.Optimizer) -> None:
             group["foreach"] = True
 
 
+def host_state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """State tensors a CUDA run keeps in host memory, not on the device.
+
+    Adam, AdamW and their kin create `state["step"]` on the parameter's device only for fused
+    or capturable groups; the default (`foreach`) puts it on the CPU (torch/optim/adam.py,
+    `_init_group`: `torch.tensor(0.0, dtype=_get_scalar_dtype(), device="cpu")`).
+    """
+    tensors = []
+    for group in optimizer.param_groups:
+        if group.get("fused") or group.get("capturable"):
+            continue
+        for param in group["params"]:
+            step = optimizer.state.get(param, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                tensors.append(step)
+    return tensors
+
+
 def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """Every tensor the optimizer keeps between steps (moments, momentum buffers…)."""
     tensors = []

@@ -26,9 +26,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from vramkit.core.run.run_folder import RUN_CONFIG as CONFIG_NAME
 from vramkit.core.run.run_record import RECORD_NAME
 
-CONFIG_NAME = "resolved_config.yaml"
 CHANGES = "changes training"
 NEUTRAL = "does not change training"
 

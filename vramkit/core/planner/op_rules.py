@@ -1,0 +1,270 @@
+"""CUDA kernels that allocate or save other tensors than the CPU path a fake trace follows.
+
+A fake trace runs CPU kernels (their meta functions) and CPU-only branches of composite ops. For
+the ops below the CUDA build takes another branch or another kernel, so `CudaKernels` replaces
+their `AutogradCPU` kernel, while entered, with one that allocates and saves what the CUDA kernel
+does (shapes, dtypes, order). Each rule cites the PyTorch source it was read from; the table of
+all op rules, including the ops where CPU and CUDA agree, is docs/cuda_rules.md.
+
+- `softmax` / `log_softmax` of fp16 with `dtype=torch.float32` (CUDA autocast asks for it, and
+  Hugging Face attention writes it): CUDA runs `_softmax(x, dim, half_to_float=True)`, no fp32 copy
+  of the input; the CPU branch converts the input first (aten/src/ATen/native/SoftMax.cpp).
+- `_fused_rms_norm` (`F.rms_norm`, `nn.RMSNorm`): a CUDA kernel whose backward saves the input,
+  the weight and an fp32 `rstd` (tools/autograd/derivatives.yaml); CPU has no kernel, so the
+  composite runs under autograd and saves fp32 copies of the input (aten/src/ATen/native/
+  layer_norm.cpp, `rms_norm_composite`): 8 extra bytes per element in bf16.
+- `native_layer_norm` of fp16/bf16: CUDA keeps `mean` and `rstd` in fp32
+  (aten/src/ATen/native/cuda/layer_norm_kernel.cu, `layer_norm_cuda`: `acc_type`); the CPU kernel
+  and its meta keep them in the input dtype.
+- `group_norm` of a channels-last input: CUDA copies it to contiguous and saves the copy
+  (aten/src/ATen/native/group_norm.cpp, `group_norm`); CPU keeps channels-last, no copy.
+- `embedding_dense_backward` with more than 3072 indices: CUDA sorts the indices and sums
+  partial segments in fp32 (aten/src/ATen/native/cuda/Embedding.cu, EmbeddingBackwardKernel.cu);
+  the CPU kernel allocates only the weight gradient.
+
+`cublas_workspace_bytes` and `cublaslt_extra_workspace_bytes` state the matmul libraries'
+workspaces from the capability and the environment (aten/src/ATen/cuda/CublasHandlePool.cpp).
+
+On real (not fake) tensors the rules keep PyTorch's values: a kernel that cannot run on a CPU
+tensor (half-to-float softmax) falls back to the CPU branch there.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Mapping
+
+import torch
+from torch._subclasses.fake_tensor import is_fake
+
+EMBEDDING_SORT_THRESHOLD = 3072
+"""`embedding_dense_backward_cuda` sorts the indices only above this many (Embedding.cu)."""
+
+EMBEDDING_ROWS_PER_SEGMENT = 10
+"""`NROWS_PER_THREAD` of EmbeddingBackwardKernel.cu: rows summed per partial segment."""
+
+_HALF_TYPES = (torch.float16, torch.bfloat16)
+
+
+def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
+    """CUDA's accumulate type of `dtype` (`at::toAccumulateType(dtype, /*is_cuda=*/true)`)."""
+    return torch.float32 if dtype in _HALF_TYPES else dtype
+
+
+def _stat_shape(input: torch.Tensor, normalized_ndim: int) -> tuple[int, ...]:
+    axis = input.dim() - normalized_ndim
+    return (*input.shape[:axis], *([1] * normalized_ndim))
+
+
+def _below_autograd() -> torch._C._AutoDispatchBelowAutograd:
+    return torch._C._AutoDispatchBelowAutograd()
+
+
+def _softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    if input.dtype == torch.float16 and dtype == torch.float32 and is_fake(input):
+        return torch.ops.aten._softmax(input, dim, True)
+    return torch.ops.aten.softmax.int.decompose(input, dim, dtype)
+
+
+def _log_softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    if input.dtype == torch.float16 and dtype == torch.float32 and is_fake(input):
+        return torch.ops.aten._log_softmax(input, dim, True)
+    return torch.ops.aten.log_softmax.int.decompose(input, dim, dtype)
+
+
+class _LayerNorm(torch.autograd.Function):
+    """`native_layer_norm` with CUDA's statistics dtype (fp32 for fp16 / bf16 inputs)."""
+
+    @staticmethod
+    def forward(ctx, input, normalized_shape, weight, bias, eps):
+        with _below_autograd():
+            out, mean, rstd = torch.ops.aten.native_layer_norm(
+                input, normalized_shape, weight, bias, eps
+            )
+        statistics = accumulate_dtype(input.dtype)
+        mean, rstd = mean.to(statistics), rstd.to(statistics)
+        ctx.normalized_shape = normalized_shape
+        ctx.save_for_backward(input, weight, bias, mean, rstd)
+        ctx.mark_non_differentiable(mean, rstd)
+        ctx.set_materialize_grads(False)  # no zero gradients for the statistics
+        return out, mean, rstd
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_mean, _grad_rstd):
+        input, weight, bias, mean, rstd = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[2], ctx.needs_input_grad[3]]
+        if not is_fake(input):  # the CPU kernel wants its own statistics dtype
+            mixed = weight is not None and weight.dtype != input.dtype
+            cpu_dtype = torch.float32 if mixed else input.dtype
+            mean, rstd = mean.to(cpu_dtype), rstd.to(cpu_dtype)
+        grads = torch.ops.aten.native_layer_norm_backward(
+            grad_out, input, ctx.normalized_shape, mean, rstd, weight, bias, mask
+        )
+        return grads[0], None, grads[1], grads[2], None
+
+
+def _native_layer_norm(input, normalized_shape, weight, bias, eps):
+    return _LayerNorm.apply(input, normalized_shape, weight, bias, eps)
+
+
+class _FusedRmsNorm(torch.autograd.Function):
+    """`_fused_rms_norm` as its CUDA kernel: output and fp32 `rstd`; saves input, weight, rstd."""
+
+    @staticmethod
+    def forward(ctx, input, normalized_shape, weight, eps):
+        if is_fake(input):
+            out = torch.empty_like(input, memory_format=torch.contiguous_format)
+            rstd = input.new_empty(
+                _stat_shape(input, len(normalized_shape)), dtype=accumulate_dtype(input.dtype)
+            )
+        else:
+            with _below_autograd():
+                out, rstd = torch.ops.aten._fused_rms_norm(input, normalized_shape, weight, eps)
+        ctx.normalized_shape = normalized_shape
+        ctx.save_for_backward(input, weight, rstd)
+        ctx.mark_non_differentiable(rstd)
+        ctx.set_materialize_grads(False)  # no zero gradient for rstd
+        return out, rstd
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_rstd):
+        input, weight, rstd = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[2]]
+        if is_fake(input):
+            backward = torch.ops.aten._fused_rms_norm_backward
+        else:  # no CPU kernel: the decomposition computes the same values
+            from torch._decomp.decompositions import _fused_rms_norm_backward as backward
+        grad_input, grad_weight = backward(
+            grad_out, input, ctx.normalized_shape, rstd, weight, mask
+        )
+        return grad_input, None, grad_weight, None
+
+
+def _fused_rms_norm(input, normalized_shape, weight=None, eps=None):
+    return _FusedRmsNorm.apply(input, normalized_shape, weight, eps)
+
+
+def _group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True):
+    if not input.is_contiguous():
+        input = input.contiguous()
+    return torch.ops.aten.group_norm.default.decompose(
+        input, num_groups, weight, bias, eps, cudnn_enabled
+    )
+
+
+def embedding_backward_buffers(
+    num_indices: int,
+    num_weights: int,
+    embedding_dim: int,
+    grad_dtype: torch.dtype,
+    index_dtype: torch.dtype,
+    *,
+    scale_grad_by_freq: bool,
+) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """Shapes and dtypes `embedding_dense_backward_cuda` holds beside the weight gradient.
+
+    Below `EMBEDDING_SORT_THRESHOLD` indices (without frequency scaling) a direct kernel needs
+    none. Above it: sorted and original indices (plus counts), segment offsets, per-segment
+    partial counts and offsets, and the partial sums of `num_indices / 10 + min(num_indices,
+    num_weights)` segments in the accumulate type (Embedding.cu, EmbeddingBackwardKernel.cu).
+    """
+    if num_indices <= EMBEDDING_SORT_THRESHOLD and not scale_grad_by_freq:
+        return []
+    max_segments = min(num_indices, num_weights)
+    max_partial_segments = num_indices // EMBEDDING_ROWS_PER_SEGMENT + max_segments
+    buffers = [((num_indices,), index_dtype)] * (3 if scale_grad_by_freq else 2)
+    return [
+        *buffers,
+        ((num_indices,), index_dtype),  # segment_offsets
+        ((), torch.int64),  # num_of_segments
+        ((max_segments,), index_dtype),  # partials_per_segment
+        ((max_segments,), index_dtype),  # partials_per_segment_offset
+        ((), torch.int64),  # num_of_partial_segments
+        ((max_partial_segments,), index_dtype),  # partial_segment_offset
+        ((max_partial_segments, embedding_dim), accumulate_dtype(grad_dtype)),
+    ]
+
+
+def _embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    held = [grad_output.contiguous()] if not grad_output.is_contiguous() else []
+    buffers = embedding_backward_buffers(
+        indices.numel(),
+        num_weights,
+        grad_output.shape[-1],
+        grad_output.dtype,
+        indices.dtype,
+        scale_grad_by_freq=scale_grad_by_freq,
+    )
+    for position, (shape, dtype) in enumerate(buffers):
+        if position == 2:  # the arange the radix sort pairs with the indices: through the sort
+            torch.arange(indices.numel(), dtype=indices.dtype, device=indices.device)
+        held.append(torch.empty(shape, dtype=dtype, device=grad_output.device))
+    with _below_autograd():
+        grad_weight = torch.ops.aten.embedding_dense_backward(
+            grad_output, indices, num_weights, padding_idx, scale_grad_by_freq
+        )
+    del held
+    return grad_weight
+
+
+_KERNELS = {
+    "softmax.int": _softmax,
+    "log_softmax.int": _log_softmax,
+    "native_layer_norm": _native_layer_norm,
+    "_fused_rms_norm": _fused_rms_norm,
+    "group_norm": _group_norm,
+    "embedding_dense_backward": _embedding_dense_backward,
+}
+
+
+class CudaKernels:
+    """While entered, the ops of this module allocate and save what their CUDA kernels do."""
+
+    def __init__(self) -> None:
+        self._library: torch.library.Library | None = None
+
+    def __enter__(self) -> CudaKernels:
+        library = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # overriding a registered kernel warns: the point
+            for name, kernel in _KERNELS.items():
+                library.impl(name, kernel, "AutogradCPU")
+        self._library = library
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._library is not None:
+            self._library._destroy()
+            self._library = None
+
+
+def cublas_workspace_bytes(capability: tuple[int, int], environ: Mapping[str, str]) -> int:
+    """cuBLAS workspace of one (handle, stream) pair, held by the caching allocator (bytes).
+
+    aten/src/ATen/cuda/CublasHandlePool.cpp (`parseChosenWorkspaceSize`): the
+    `CUBLAS_WORKSPACE_CONFIG` pairs `:SIZE:COUNT` (KiB times count, summed) when set, else
+    32 MiB on Hopper and Blackwell (sm_9x to sm_12x) and `:4096:2:16:8` (8 MiB + 128 KiB) below.
+    """
+    config = environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if config:
+        pairs = re.findall(r":([0-9]+):([0-9]+)", config)
+        if pairs:
+            return sum(int(size) * 1024 * int(count) for size, count in pairs)
+    if 9 <= capability[0] <= 12:
+        return 4096 * 8 * 1024
+    return 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def cublaslt_extra_workspace_bytes(environ: Mapping[str, str]) -> int:
+    """Workspace cuBLASLt matmuls (addmm with a bias epilogue, `linear`) add per (handle, stream).
+
+    CublasHandlePool.cpp (`getCUDABlasLtWorkspace`): with `TORCH_CUBLASLT_UNIFIED_WORKSPACE`
+    unset or true, the default of open-source CUDA builds (torch/backends/cuda/__init__.py,
+    `blas_workspace_size`), cuBLASLt reuses the cuBLAS workspace: nothing more. Turned off, it
+    holds its own `CUBLASLT_WORKSPACE_SIZE` KiB (1024 by default).
+    """
+    unified = environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "1").strip().lower()
+    if unified not in ("0", "false", "off", "no"):
+        return 0
+    return int(environ.get("CUBLASLT_WORKSPACE_SIZE", "1024")) * 1024
