@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from vramkit.core.planner.allocator_model import replay_reserved
+from vramkit.core.planner.op_rules import cublas_workspace_bytes
 from vramkit.core.units import GIB, MIB
 
 ALLOCATION_GRANULE = 512
@@ -47,12 +48,6 @@ CUDA_CONTEXT_EAGER_GIB = 1343 / 1024
 """The same with every kernel loaded at start-up (CUDA before 11.7, or `CUDA_MODULE_LOADING=EAGER`):
 1343 MiB measured by `torch.ones((1, 1)).to("cuda")` on a V100 (transformers docs, "Model training
 anatomy")."""
-
-CUBLAS_WORKSPACE_BYTES_SM90 = 32 * MIB
-"""cuBLAS workspace per handle on Hopper (sm_90+), allocated through the caching allocator."""
-
-CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
-"""cuBLAS workspace per handle below sm_90 (torch's default `:4096:2:16:8`)."""
 
 CUDNN_WORKSPACE_BYTES = 128 * MIB
 """An allowance for cuDNN's convolution workspaces, taken when the traced step convolves."""
@@ -132,8 +127,9 @@ class DeviceRules:
         return round(gib * GIB)
 
     def cublas_workspace_bytes(self) -> int:
-        """cuBLAS workspace of one handle (bytes) on this capability."""
-        return CUBLAS_WORKSPACE_BYTES_SM90 if self.capability >= (9, 0) else CUBLAS_WORKSPACE_BYTES
+        """cuBLAS workspace of one handle (bytes) on this capability, or as
+        `CUBLAS_WORKSPACE_CONFIG` sets it (`op_rules.cublas_workspace_bytes`)."""
+        return cublas_workspace_bytes(self.capability, os.environ)
 
     def workspace_bytes(self, *, backward: bool, convolutions: bool) -> int:
         """Library workspaces live at a step's peak (bytes).

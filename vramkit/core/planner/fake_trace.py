@@ -48,6 +48,7 @@ from vramkit.core.planner.cuda_rules import (
 from vramkit.core.planner.dropout_rules import CudaDropout
 from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.fast_paths import InferenceFastPaths
+from vramkit.core.planner.op_rules import CudaKernels
 from vramkit.core.planner.optimizer_layouts import ZeroStage2Layout
 from vramkit.core.planner.peak_holders import Holder
 from vramkit.core.planner.recorder import (
@@ -147,6 +148,7 @@ def cuda_semantics(setup: RunSetup) -> Iterator[tuple[StepSemantics, CudaAttenti
                 autocast = stack.enter_context(CudaAutocast(lower))
             attention = stack.enter_context(CudaAttention(setup.device))
             stack.enter_context(CudaDropout())
+            stack.enter_context(CudaKernels())
         yield StepSemantics(setup, autocast), attention
 
 

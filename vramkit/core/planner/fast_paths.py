@@ -35,7 +35,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
 
+from vramkit.core.planner.attention_rules import cuda_sdpa_kernel
 from vramkit.core.planner.cuda_rules import MATH, DeviceRules
 
 
@@ -106,6 +108,17 @@ def layer_takes_fast_path(
     )
 
 
+def _sdpa_kernel(rules: DeviceRules, query: torch.Tensor, heads: int, head_dim: int) -> str:
+    """The SDPA kernel `native_multi_head_attention_cuda` asks `select_sdp_backend` for
+    (attention.cu, PyTorch 2.5+: fused whenever it is not math; no head-dimension condition of
+    its own). The [B, H, T, D] shape is described on the meta device, outside every mode, so the
+    question allocates nothing the trace would count."""
+    batch, length, _ = query.shape
+    with _disable_current_modes():
+        shape = torch.empty((batch, heads, length, head_dim), dtype=query.dtype, device="meta")
+    return cuda_sdpa_kernel(rules, shape, shape, shape, has_mask=False)
+
+
 def native_attention_cuda(
     attention: nn.MultiheadAttention,
     query: torch.Tensor,
@@ -122,12 +135,7 @@ def native_attention_cuda(
     batch, length, width = query.shape
     heads = attention.num_heads
     head_dim = width // heads
-    fused = (
-        not masked
-        and not need_weights
-        and head_dim % 8 == 0
-        and rules.sdpa_backend(query.dtype, head_dim, has_mask=False) != MATH
-    )
+    fused = not masked and not need_weights and _sdpa_kernel(rules, query, heads, head_dim) != MATH
     if fused:
         qkv = F.linear(query, attention.in_proj_weight, attention.in_proj_bias)
         q, k, v = (
