@@ -28,84 +28,109 @@ class Remedy:
 
     name: str
     """What changes, e.g. "gradient checkpointing + bf16-true"."""
-    how: str
-    """How to ask for it (overrides, packages)."""
+    overrides: tuple[str, ...]
+    """Command-line overrides that ask for it: appended to the planned command, the run composes
+    and starts as planned (tests/core/planner/test_remedy_lines.py)."""
+    note: str
+    """What else it needs (a package, a code change), or what it keeps; "" when nothing."""
     train: PhasePlan
     val: PhasePlan
     fits: bool
     """Both phases stay within the budget."""
 
+    @property
+    def how(self) -> str:
+        """The overrides, then the note in parentheses."""
+        text = " ".join(self.overrides)
+        if self.note:
+            text = f"{text} ({self.note})" if text else self.note
+        return text
+
 
 @dataclass(frozen=True)
-class _Change:
+class Change:
+    """A change of the run the planner can try: its overrides and what it changes in the setup."""
+
     name: str
-    how: str
+    overrides: tuple[str, ...]
+    """Command-line overrides that ask for it."""
+    note: str
+    """What else it needs (a package, a code change); "" when nothing."""
     changes: dict
+    """`RunSetup` fields it changes."""
 
     def apply(self, setup: RunSetup) -> RunSetup:
+        """`setup` with this change."""
         return setup.replace(**self.changes)
 
 
-def _changes(profile: HardwareProfile, setup: RunSetup, planner: MemoryPlanner) -> list[_Change]:
+def candidate_changes(
+    profile: HardwareProfile, setup: RunSetup, planner: MemoryPlanner
+) -> list[Change]:
     """The setup changes worth planning for this model and profile (none it already has)."""
     model_cfg = planner.model_cfg
     changes = []
     if model_cfg.get("gradient_checkpointing") is not True:
-        checkpointing_how = (
-            "model.gradient_checkpointing=true"
-            if "gradient_checkpointing" in model_cfg
-            else "wrap the model's repeated blocks in torch.utils.checkpoint"
-        )
+        configurable = "gradient_checkpointing" in model_cfg
+        by_hand = "wrap the model's repeated blocks in torch.utils.checkpoint"
         changes.append(
-            _Change("gradient checkpointing", checkpointing_how, {"gradient_checkpointing": True})
+            Change(
+                "gradient checkpointing",
+                ("model.gradient_checkpointing=true",) if configurable else (),
+                "" if configurable else by_hand,
+                {"gradient_checkpointing": True},
+            )
         )
     optimizer = model_cfg.get("optimizer")
     target = optimizer.get("_target_") if isinstance(optimizer, DictConfig) else None
     if target in _ADAM_TARGETS and not planner.eight_bit_configured:
         changes.append(
-            _Change(
+            Change(
                 "8-bit AdamW",
-                "model.optimizer._target_=bitsandbytes.optim.AdamW8bit "
-                "(pip install bitsandbytes; CUDA only)",
+                ("model.optimizer._target_=bitsandbytes.optim.AdamW8bit",),
+                "pip install bitsandbytes",
                 {"optimizer": ADAMW_8BIT},
             )
         )
     if profile.bf16 and setup.precision != "bf16-true":
         changes.append(
-            _Change(
+            Change(
                 "bf16-true",
-                "hw.precision=bf16-true (bf16 weights and optimizer state)",
+                ("hw.precision=bf16-true",),
+                "bf16 weights and optimizer state",
                 {"precision": "bf16-true"},
             )
         )
     weights = "bf16-true" if profile.bf16 else "16-true"
     changes.append(
-        _Change(
+        Change(
             "DeepSpeed ZeRO-2, CPU offload",
-            f"trainer=deepspeed_zero2_offload hw.precision={weights} "
-            "(pip install 'vramkit[deepspeed]')",
+            ("trainer=deepspeed_zero2_offload", f"hw.precision={weights}"),
+            "pip install 'vramkit[deepspeed]'",
             {"optimizer": ZERO2_OFFLOAD, "precision": weights},
         )
     )
     if setup.devices > 1:
         changes.append(
-            _Change(
+            Change(
                 f"DeepSpeed ZeRO-2 across {setup.devices} GPUs",
-                f"trainer=deepspeed_zero2 hw.precision={weights} "
-                "(pip install 'vramkit[deepspeed]')",
+                ("trainer=deepspeed_zero2", f"hw.precision={weights}"),
+                "pip install 'vramkit[deepspeed]'",
                 {"optimizer": ZERO2, "precision": weights},
             )
         )
     return changes
 
 
-def _combined(first: _Change, second: _Change) -> _Change | None:
+def combined(first: Change, second: Change) -> Change | None:
     overlap = set(first.changes) & set(second.changes)
     if overlap:
         return None  # both decide the optimizer or the precision
-    return _Change(
+    notes = "; ".join(note for note in (first.note, second.note) if note)
+    return Change(
         f"{first.name} + {second.name}",
-        f"{first.how}; {second.how}",
+        first.overrides + second.overrides,
+        notes,
         {**first.changes, **second.changes},
     )
 
@@ -125,20 +150,21 @@ def split_batch(total: int, largest: int) -> tuple[int, int]:
 
 def _validation_under(
     planner: MemoryPlanner, setup: RunSetup, requested: int, budget_bytes: int
-) -> tuple[PhasePlan, str]:
-    """Validation at the requested batch size, or the largest that fits under `setup`."""
+) -> tuple[PhasePlan, tuple[str, ...]]:
+    """Validation at the requested batch size, or the largest that fits under `setup` (with the
+    override that asks for it)."""
     val = planner.measure(VAL, requested, setup)
     if val.peak <= budget_bytes or requested < 2:
-        return val, ""
+        return val, ()
     size, smaller = planner.largest_batch_size(VAL, setup, budget_bytes, requested - 1)
     if size == 0:
-        return val, ""
-    return smaller, f"; hw.val_batch_size={size}"
+        return val, ()
+    return smaller, (f"hw.val_batch_size={size}",)
 
 
 def _plan_change(
     planner: MemoryPlanner,
-    change: _Change,
+    change: Change,
     setup: RunSetup,
     train_batch_size: int,
     val_batch_size: int,
@@ -147,11 +173,11 @@ def _plan_change(
     changed = change.apply(setup)
     try:
         train = planner.measure(TRAIN, train_batch_size, changed)
-        val, val_note = _validation_under(planner, changed, val_batch_size, budget_bytes)
+        val, val_override = _validation_under(planner, changed, val_batch_size, budget_bytes)
     except PlanningError:
         return None  # the change does not apply to this model (e.g. no blocks to checkpoint)
     fits = train.peak <= budget_bytes and val.peak <= budget_bytes
-    return Remedy(change.name, change.how + val_note, train, val, fits)
+    return Remedy(change.name, change.overrides + val_override, change.note, train, val, fits)
 
 
 def _micro_batch_remedy(
@@ -170,11 +196,11 @@ def _micro_batch_remedy(
     effective = train_batch_size * setup.accumulate_grad_batches
     micro, accumulate = split_batch(effective, largest)
     train = planner.measure(TRAIN, micro, setup.replace(accumulate_grad_batches=accumulate))
-    val, val_note = _validation_under(planner, setup, val_batch_size, budget_bytes)
+    val, val_override = _validation_under(planner, setup, val_batch_size, budget_bytes)
     return Remedy(
         f"micro-batch {micro} × accumulate {accumulate}",
-        f"hw.batch_size={micro} hw.accumulate_grad_batches={accumulate} "
-        f"(effective batch {micro * accumulate}){val_note}",
+        (f"hw.batch_size={micro}", f"hw.accumulate_grad_batches={accumulate}", *val_override),
+        f"effective batch {micro * accumulate}",
         train,
         val,
         train.peak <= budget_bytes and val.peak <= budget_bytes,
@@ -199,12 +225,13 @@ def propose_remedies(
     """
     remedies: list[Remedy] = []
     if train.peak <= budget_bytes:
-        val_only, val_note = _validation_under(planner, setup, val.batch_size, budget_bytes)
-        if val_note:
+        val_only, val_override = _validation_under(planner, setup, val.batch_size, budget_bytes)
+        if val_override:
             remedies.append(
                 Remedy(
                     f"validation batch {val_only.batch_size}",
-                    val_note.removeprefix("; "),
+                    val_override,
+                    "the same metrics",
                     train,
                     val_only,
                     val_only.peak <= budget_bytes,
@@ -214,7 +241,7 @@ def propose_remedies(
     found = _micro_batch_remedy(planner, setup, train.batch_size, val.batch_size, budget_bytes)
     if found is not None:
         remedies.append(found)
-    changes = _changes(profile, setup, planner)
+    changes = candidate_changes(profile, setup, planner)
     remedies.extend(
         _evaluated(planner, changes, setup, train.batch_size, val.batch_size, budget_bytes)
     )
@@ -223,7 +250,7 @@ def propose_remedies(
             pair
             for i, first in enumerate(changes)
             for second in changes[i + 1 :]
-            if (pair := _combined(first, second)) is not None
+            if (pair := combined(first, second)) is not None
         ]
         remedies.extend(
             _evaluated(planner, pairs, setup, train.batch_size, val.batch_size, budget_bytes)
@@ -233,7 +260,7 @@ def propose_remedies(
 
 def _evaluated(
     planner: MemoryPlanner,
-    changes: Iterable[_Change],
+    changes: Iterable[Change],
     setup: RunSetup,
     train_batch_size: int,
     val_batch_size: int,

@@ -87,6 +87,8 @@ def _remedy_json(remedy: Remedy, budget_bytes: int | None) -> dict[str, Any]:
     return {
         "name": remedy.name,
         "how": remedy.how,
+        "overrides": list(remedy.overrides),
+        "note": remedy.note,
         "fits": remedy.fits,
         "train": _phase_json(remedy.train, budget_bytes),
         "val": _phase_json(remedy.val, budget_bytes),
@@ -173,13 +175,16 @@ def plan_table(plan: MemoryPlan) -> str:
             lines.append(peak_holders_table(phase))
     if plan.remedies:
         lines.append("")
-        lines.append("remedies (each re-planned; peaks in GiB, train / val):")
+        lines.append(
+            "remedies (each re-planned; peaks in GiB, train / val; append the overrides to the "
+            "command):"
+        )
         for remedy in plan.remedies:
             mark = "fits" if remedy.fits else "no  "
             lines.append(
                 f"  {mark}  {remedy.name}: {remedy.train.peak_gib:.2f} / {remedy.val.peak_gib:.2f}"
-                f"  ({remedy.how})"
             )
+            lines.append(f"          {remedy.how}")
     traced = ", ".join(f"{name} {version}" for name, version in traced_versions().items())
     lines.append(f"({plan.traces} traces in {plan.seconds:.1f} s; traced with {traced})")
     return "\n".join(lines)

@@ -1,0 +1,66 @@
+"""Every remedy line the planner prints for the Phi-1.5 example composes as printed."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from omegaconf import OmegaConf
+
+from vramkit.core.hardware.profile import HardwareProfile
+from vramkit.core.planner.remedies import candidate_changes, combined
+from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.run.compose import CONF_DIR, compose_config
+from vramkit.core.run.resolvers import register_resolvers
+
+# The README's worked example: Phi-1.5 as a classifier on a 16 GB laptop GPU.
+EXAMPLE = ["+hw=rtx4090_laptop", "task=text_classification", "model=phi15", "hw.batch_size=8"]
+
+
+def _example_changes(tmp_path):
+    register_resolvers()
+    cfg = compose_config("train", EXAMPLE, output_dir=tmp_path)
+    profile = types.SimpleNamespace(bf16=True)  # the laptop GPU has bf16 (conf/hw/rtx4090_laptop)
+    setup = RunSetup(precision="16-mixed", device=None, devices=2)  # devices=2: the ZeRO-2 line too
+    planner = types.SimpleNamespace(model_cfg=cfg.model, eight_bit_configured=False)
+    singles = candidate_changes(profile, setup, planner)
+    pairs = [
+        pair
+        for i, first in enumerate(singles)
+        for second in singles[i + 1 :]
+        if (pair := combined(first, second)) is not None
+    ]
+    return singles + pairs
+
+
+def test_the_example_offers_every_kind_of_remedy(tmp_path):
+    names = {change.name for change in _example_changes(tmp_path)}
+    assert {"gradient checkpointing", "8-bit AdamW", "bf16-true"} <= names
+    assert any(name.startswith("DeepSpeed ZeRO-2") for name in names)
+    assert "gradient checkpointing + 8-bit AdamW" in names
+
+
+def test_every_remedy_line_composes_as_printed(tmp_path):
+    changes = _example_changes(tmp_path)
+    micro_batch = ("hw.batch_size=2", "hw.accumulate_grad_batches=4", "hw.val_batch_size=4")
+    for overrides in [change.overrides for change in changes] + [micro_batch]:
+        assert overrides, "a remedy of the example is a list of overrides, not prose"
+        cfg = compose_config("train", [*EXAMPLE, *overrides], output_dir=tmp_path)
+        for override in overrides:
+            key, value = override.split("=", 1)
+            if key == "trainer":
+                assert cfg.trainer.strategy._target_.endswith("DeepSpeedStrategy")
+            else:
+                assert str(OmegaConf.select(cfg, key)).lower() == value.lower(), override
+
+
+def test_a_profile_with_a_field_typo_in_a_remedy_would_be_refused(tmp_path):
+    register_resolvers()
+    with pytest.raises(Exception, match="precison"):
+        compose_config("train", [*EXAMPLE, "hw.precison=bf16-true"], output_dir=tmp_path)
+
+
+def test_the_profile_stub_matches_the_laptop_profile():
+    laptop = OmegaConf.load(CONF_DIR / "hw" / "rtx4090_laptop.yaml")
+    assert laptop.bf16 is True
+    assert "bf16" in {field.name for field in HardwareProfile.__dataclass_fields__.values()}
