@@ -4,6 +4,7 @@ import hydra
 from omegaconf import DictConfig
 
 from vramkit.core.run.evaluate import evaluate
+from vramkit.core.run.refusals import refusals_as_messages
 from vramkit.core.run.resolvers import register_resolvers
 
 register_resolvers()  # before Hydra composes: the config reads the settled profile through them
@@ -11,7 +12,8 @@ register_resolvers()  # before Hydra composes: the config reads the settled prof
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
 def main(cfg: DictConfig) -> dict[str, float]:
-    return evaluate(cfg)
+    with refusals_as_messages():
+        return evaluate(cfg)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 import hydra
 from omegaconf import DictConfig
 
+from vramkit.core.run.refusals import refusals_as_messages
 from vramkit.core.run.resolvers import register_resolvers
 from vramkit.core.run.train import train
 
@@ -11,7 +12,8 @@ register_resolvers()  # before Hydra composes: the config reads the settled prof
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    return train(cfg)
+    with refusals_as_messages():
+        return train(cfg)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from vramkit.core.config.added_keys import check_added_keys
 from vramkit.core.config.instantiate import instantiate, instantiate_group
+from vramkit.core.config.source import command_line_overrides
+from vramkit.core.config.trainer_schema import check_trainer
 from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.resolve_hardware import resolve_hardware
@@ -25,8 +28,10 @@ def train(cfg: DictConfig) -> float | None:
     Returns the value of ``cfg.optimized_metric`` for the best checkpoint (or the last epoch when
     no checkpoint ranks them), which is what a Hydra sweep optimises.
     """
-    # Hardware first: a profile the machine cannot honour must stop the run before any data or
-    # model work.
+    # Mistakes first, then hardware: a bad value, a misspelt key or a profile the machine cannot
+    # honour must stop the run before any planning, data or model work.
+    check_trainer(cfg.trainer)
+    check_added_keys(cfg, command_line_overrides(), conf_dir=Path(cfg.paths.conf_dir))
     profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir))
     log.info("Hardware profile\n%s", describe_profile(profile))
     _record_config(cfg, Path(cfg.paths.output_dir))

@@ -1,0 +1,38 @@
+"""Known refusals end a run with their message alone, not a traceback.
+
+A user's mistake (a bad value, a misspelt key, a profile this machine cannot run) is caught before
+any work with a message that says what to do; the traceback under it only hides that message.
+`HYDRA_FULL_ERROR=1` shows it again; in a multirun the error is raised, so the sweep records the
+job as failed and goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+
+from vramkit.core.config.schema import ConfigError
+from vramkit.core.hardware.device_check import HardwareMismatchError
+
+REFUSALS = (ConfigError, HardwareMismatchError)
+"""Errors whose message is the whole story."""
+EXIT_REFUSED = 2
+"""The exit status of a refused run (as argparse uses for usage errors)."""
+
+
+@contextlib.contextmanager
+def refusals_as_messages() -> Iterator[None]:
+    """Inside a single Hydra run, turn a known refusal into its message and exit status 2."""
+    try:
+        yield
+    except REFUSALS as error:
+        multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+        if multirun or os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(EXIT_REFUSED)
