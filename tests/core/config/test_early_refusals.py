@@ -60,6 +60,8 @@ def test_new_keys_that_resemble_nothing_groups_and_forced_adds_pass():
         {"ckpt_path": None, "ckpt_pth": "x", "trainer": {"max_epochs": 1, "strategy": "ddp"}}
     )
     check_added_keys(cfg, ["+trainer.strategy=ddp", "+hw=t4", "++ckpt_pth=x"], CONF)
+    both = OmegaConf.create({"trainer": {"limit_train_batches": 2, "limit_val_batches": 2}})
+    check_added_keys(both, ["+trainer.limit_train_batches=2", "+trainer.limit_val_batches=2"], CONF)
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ _TYPO_CUTOFF = 0.8
 
 def check_added_keys(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path) -> None:
     """Refuse `+a.b=v` overrides whose key `b` looks like a misspelling of a sibling of `b`."""
+    added = {override_key(o) for o in overrides if o.startswith("+")}
     problems = []
     for override in overrides:
         if not override.startswith("+") or override.startswith("++"):
@@ -33,7 +34,10 @@ def check_added_keys(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path) 
         node = OmegaConf.select(cfg, parent) if parent else cfg
         if not isinstance(node, DictConfig):
             continue
-        siblings = [str(sibling) for sibling in node if sibling != name]
+        # Only keys the files define: two keys added together (limit_train_batches and
+        # limit_val_batches) are not each other's misspelling.
+        prefix = f"{parent}." if parent else ""
+        siblings = [str(sibling) for sibling in node if f"{prefix}{sibling}" not in added]
         match = difflib.get_close_matches(name, siblings, n=1, cutoff=_TYPO_CUTOFF)
         if match:
             near = f"{parent}.{match[0]}" if parent else match[0]
