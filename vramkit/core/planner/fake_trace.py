@@ -63,6 +63,8 @@ from vramkit.core.planner.subject import trainable_parameters
 
 _NOT_ATTACHED = "self.trainer` reference is not registered"
 # Ops that draw random numbers (aten names without overload).
+_UNSCALE = torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default
+"""GradScaler's unscale and inf check (fills its `found_inf` argument in place)."""
 _UNIT_INTERVAL_OPS = frozenset({"rand", "rand_like"})
 """Random ops whose draws lie in [0, 1) (`torch.rand`)."""
 _COMPARISONS = frozenset({"lt", "le", "gt", "ge"})
@@ -196,6 +198,11 @@ class FakeStepRecorder(StorageRecorder):
                 "(every layer runs, e.g. model.config.layerdrop=0)"
             )
         out = self._run_fake(func, args, kwargs)
+        if func is _UNSCALE and len(args) > 1:
+            # GradScaler's inf check on a step worth planning finds nothing: the run steps the
+            # optimizer (a stand-in would read as "inf found" and skip it).
+            found_inf = args[1]
+            self._settled[id(found_inf)] = (weakref.ref(found_inf), 0.0)
         if isinstance(out, torch.Tensor) and out.numel() <= 1:
             name = func.__name__.split(".")[0]
             settled = self._settled_comparison(name, args)
