@@ -1,8 +1,7 @@
 """What vramkit's safety costs per training step when nothing goes wrong.
 
 A model so small that its compute is negligible (Linear-ReLU-Linear, batch 8, CPU, one
-thread) makes every microsecond of framework work visible. Each round runs, in an order that
-rotates from round to round so drifting load hits every side alike:
+thread) makes every microsecond of framework work visible:
 
 - ``plain``: a PyTorch loop over the same loader (zero_grad, forward, backward, step);
 - ``lightning``: a bare Lightning ``Trainer`` (no callbacks, no progress bar, the CSV logger)
@@ -11,19 +10,22 @@ rotates from round to round so drifting load hits every side alike:
 - ``vramkit``: the same module on :class:`~vramkit.core.oom.resilient_module.OOMResilientModule`
   with the callbacks ``train.py`` registers from ``conf/callbacks`` and the atomic checkpoint
   plugin;
-- the OOM guard alone, at 4, 100 and 600 parameter tensors (the extra tensors are scalars
-  added to the output, so their compute stays small): one fit under the bare Trainer whose
+- the OOM guard alone, at 4, 100 and 600 parameter tensors (the extra tensors require
+  gradients but are not used, so the step's own cost stays small): one fit under the bare
+  Trainer whose
   steps alternate between guarded and unguarded (a step marked as nested runs without the
-  guard, as a subclass's ``super().training_step`` does), so both kinds share the same
-  moment's load.
+  guard, as a subclass's ``super().training_step`` does).
 
-A step's cost is the CPU time of this process (all its threads: a progress bar's refresh
-thread counts) from one ``training_step`` to the next, averaged over the steps after a
-warm-up, so set-up and the end-of-fit checkpoint do not count. Objects alive before a run
-(the imports) are frozen out of the garbage collector, whose full passes over them would add
-tens of milliseconds at random steps. Differences are paired within a round and summarised
-by their median over rounds with their spread (min, max); ``guard_us_per_param_tensor`` is
-the slope of the guard's cost from 4 to 600 tensors.
+A step's cost is the CPU time of the measuring process (all its threads: a progress bar's
+refresh thread counts) from one step's start to the next's, after a warm-up, so set-up and
+the end-of-fit checkpoint do not count. A shared machine's load drifts by tens of percent
+within seconds, so nothing is compared across separate moments: ``lightning`` and ``vramkit``
+run in two processes on one core that take turns step by step (one run of each per round,
+the mean over its steps), and the guard's cost is the median difference between adjacent
+steps of one fit. Objects alive before a run (the imports) are frozen out of the garbage
+collector, whose full passes over them would add tens of milliseconds at random steps. Each
+figure is the median over rounds with its spread (min, max); ``guard_us_per_param_tensor``
+is the slope of the guard's cost from 4 to 600 tensors.
 
 ``python -m benchmarks.step_overhead [--rounds N] [--steps N]`` writes
 ``results/step_overhead.json``.
@@ -35,12 +37,13 @@ import argparse
 import contextlib
 import gc
 import itertools
+import multiprocessing
 import os
 import statistics
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from benchmarks.configs import compose_run_config, quiet_libraries
 from benchmarks.record import RESULTS_DIR, write_result
+from vramkit.core.callbacks.working_set import keep_working_callbacks, skip_idle_batch_hooks
 from vramkit.core.config.instantiate import instantiate_group
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO
 from vramkit.core.oom.resilient_module import OOMResilientModule
@@ -81,7 +85,10 @@ class _Samples(Dataset):
 
 
 class _TinyNet(nn.Module):
-    """Linear-ReLU-Linear plus ``param_tensors - 4`` scalars added to the output."""
+    """Linear-ReLU-Linear (4 parameter tensors) plus ``param_tensors - 4`` one-element tensors
+    that require gradients but take no part in the forward pass: every parameter walk or
+    per-parameter hook of the guard covers them, while the step's own cost, and with it the
+    noise the guard's cost is read against, grows little with their number."""
 
     def __init__(self, param_tensors: int) -> None:
         super().__init__()
@@ -91,14 +98,9 @@ class _TinyNet(nn.Module):
         self.extra = nn.ParameterList(
             nn.Parameter(torch.zeros(1)) for _ in range(param_tensors - 4)
         )
-        # A plain tuple: iterating the ParameterList costs a microsecond per tensor.
-        self._extra_tensors = tuple(self.extra)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.second(F.relu(self.first(x)))
-        if self._extra_tensors:
-            out = out + torch.cat(self._extra_tensors).sum()
-        return out
+        return self.second(F.relu(self.first(x)))
 
 
 def _training_step(module: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -135,25 +137,37 @@ class LightningTiny(L.LightningModule):
 
 
 class GuardedTiny(OOMResilientModule):
-    """The same model and step on vramkit's OOM-resilient base class. With ``alternate``,
-    odd steps run unguarded: they are marked as nested in a guarded step."""
+    """The same model and step on vramkit's OOM-resilient base class."""
 
-    def __init__(self, param_tensors: int = 4, alternate: bool = False) -> None:
+    def __init__(self, param_tensors: int = 4) -> None:
         super().__init__()
         self.net = _TinyNet(param_tensors)
         self.marks: list[float] = []
-        self.alternate = alternate
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self.marks.append(time.process_time())
-        if self.alternate:
-            self.oom_state.depth = batch_idx % 2
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         return _training_step(self, batch)
 
     def configure_optimizers(self) -> dict[str, Any]:
         return _optimizers(self)
+
+
+class AlternatelyGuardedTiny(GuardedTiny):
+    """Guards only the steps whose index has the parity ``guarded_parity``: the others are
+    marked as nested in a guarded step, so the guard lets them through."""
+
+    def __init__(self, param_tensors: int, guarded_parity: int) -> None:
+        super().__init__(param_tensors)
+        self.guarded_parity = guarded_parity
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        super().on_train_batch_start(batch, batch_idx)
+        self.oom_state.depth = int(batch_idx % 2 != self.guarded_parity)
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.oom_state.depth = 0
 
 
 def _loader(steps: int) -> DataLoader:
@@ -212,10 +226,37 @@ def _fit(trainer: L.Trainer, module: Any, steps: int) -> None:
         trainer.fit(module, train_dataloaders=_loader(steps))
 
 
-def run_lightning(steps: int, work: Path) -> float:
+class _Lockstep(L.Callback):
+    """Takes turns with the other side's process, one training step each.
+
+    At the start of each step (but the first) it hands the turn over, then waits for it to
+    come back; at the end of the fit it hands it over once more, so the other process can
+    finish. Both sides run it, so its own cost (two semaphore calls) is the same on both.
+    """
+
+    def __init__(self, mine: Any, theirs: Any) -> None:
+        self.mine, self.theirs = mine, theirs
+        self._started = False
+
+    def on_train_start(self, *_: Any) -> None:
+        self._started = False
+
+    def on_train_batch_start(self, *_: Any) -> None:
+        if self._started:
+            self.theirs.release()
+        self._started = True
+        self.mine.acquire()
+
+    def on_train_end(self, *_: Any) -> None:
+        self.theirs.release()
+
+
+def run_lightning(steps: int, work: Path, lockstep: _Lockstep) -> float:
     """The plain LightningModule under a bare Trainer."""
+    trainer = _bare_trainer(steps, work, callbacks=[lockstep])
+    skip_idle_batch_hooks(lockstep)
     module = LightningTiny()
-    _fit(_bare_trainer(steps, work), module, steps)
+    _fit(trainer, module, steps)
     return per_step_us(module.marks)
 
 
@@ -225,7 +266,7 @@ def default_callbacks(work: Path) -> list[L.Callback]:
     return instantiate_group(cfg.get("callbacks"))
 
 
-def run_vramkit(steps: int, work: Path) -> float:
+def run_vramkit(steps: int, work: Path, lockstep: _Lockstep) -> float:
     """The guarded module with vramkit's default callbacks and checkpoint plugin."""
     trainer = _bare_trainer(
         steps,
@@ -235,31 +276,67 @@ def run_vramkit(steps: int, work: Path) -> float:
         enable_checkpointing=True,
         enable_progress_bar=True,
     )
+    keep_working_callbacks(trainer)  # as train.py does
+    trainer.callbacks.append(lockstep)
+    skip_idle_batch_hooks(lockstep)
     module = GuardedTiny()
     _fit(trainer, module, steps)
     return per_step_us(module.marks)
 
 
-def guard_us(steps: int, work: Path, param_tensors: int) -> float:
-    """Mean CPU microseconds a guarded step takes over an unguarded one in the same fit."""
-    module = GuardedTiny(param_tensors, alternate=True)
+def _side_process(
+    side: str, rounds: int, steps: int, work: Path, turns: tuple[Any, Any], results: Any
+) -> None:
+    if hasattr(os, "sched_setaffinity"):
+        # Both sides on the same core: a core shared with a busy neighbour slows only one
+        # side otherwise, by a fixed amount for the whole run.
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    mine, theirs = turns if side == "lightning" else turns[::-1]
+    lockstep = _Lockstep(mine, theirs)
+    runner = run_lightning if side == "lightning" else run_vramkit
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        warnings.filterwarnings("ignore", message=".*could not find the monitored key.*")
+        costs = [runner(steps, work / f"{side}_{index}", lockstep) for index in range(rounds)]
+    results.put((side, costs))
+
+
+def lockstep_pair(rounds: int, steps: int, work: Path) -> dict[str, list[float]]:
+    """Per-step CPU microseconds of ``lightning`` and ``vramkit``, one list entry per round.
+
+    Each side runs in a process of its own (forked from this one, so nothing is imported
+    twice), both on the same core, and the two take turns step by step: whatever load the
+    machine carries at a given moment falls on both alike, which separate runs a second apart
+    do not ensure.
+    """
+    context = multiprocessing.get_context("fork")
+    turns = (context.Semaphore(1), context.Semaphore(0))
+    results = context.Queue()
+    processes = [
+        context.Process(target=_side_process, args=(side, rounds, steps, work, turns, results))
+        for side in ("lightning", "vramkit")
+    ]
+    for process in processes:
+        process.start()
+    measured = dict(results.get() for _ in processes)
+    for process in processes:
+        process.join()
+        if process.exitcode:
+            raise RuntimeError(f"a lockstep side failed with exit code {process.exitcode}")
+    return measured
+
+
+def guard_us(steps: int, work: Path, param_tensors: int, guarded_parity: int) -> float:
+    """CPU microseconds a guarded step takes over an unguarded one in the same fit: the
+    median over the step pairs (a guarded step and the unguarded one after it). Steps of one
+    parity run a little faster than the other's whatever they run, so rounds alternate the
+    guarded parity and the median over rounds lies between the two."""
+    module = AlternatelyGuardedTiny(param_tensors, guarded_parity)
     _fit(_bare_trainer(steps, work), module, steps)
-    intervals = step_intervals_us(module.marks)
-    # marks[WARMUP_STEPS] starts an even (guarded) step when WARMUP_STEPS is even
-    first = WARMUP_STEPS % 2
-    guarded, unguarded = intervals[first::2], intervals[1 - first :: 2]
-    return statistics.fmean(guarded) - statistics.fmean(unguarded)
-
-
-def _sides() -> dict[str, Callable[[int, Path], float]]:
-    sides: dict[str, Callable[[int, Path], float]] = {
-        "plain": run_plain,
-        "lightning": run_lightning,
-        "vramkit": run_vramkit,
-    }
-    for size in GUARD_SIZES:
-        sides[f"guard_{size}"] = lambda steps, work, size=size: guard_us(steps, work, size)
-    return sides
+    intervals = step_intervals_us(module.marks)  # intervals[i] is step WARMUP_STEPS + i
+    first = (guarded_parity - WARMUP_STEPS) % 2
+    guarded, unguarded = intervals[first::2], intervals[first + 1 :: 2]
+    return statistics.median(g - u for g, u in zip(guarded, unguarded, strict=False))
 
 
 def _summary(values: Sequence[float]) -> dict[str, float]:
@@ -270,33 +347,30 @@ def _summary(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def run(rounds: int = 11, steps: int = 300) -> dict[str, Any]:
-    """``rounds`` rounds of every side in rotating order, ``steps`` steps each."""
+def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
+    """``rounds`` rounds of every measurement, ``steps`` training steps each."""
     quiet_libraries()
     torch.set_num_threads(1)
-    sides = _sides()
-    names = list(sides)
-    per_round: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        warnings.filterwarnings("ignore", message=".*could not find the monitored key.*")
         work = Path(tmp)
         run_plain(WARMUP_STEPS + 3, work)  # untimed: first calls of every path
+        pair = lockstep_pair(rounds, steps, work)
+        plain: list[float] = []
+        sizes: dict[int, list[float]] = {size: [] for size in GUARD_SIZES}
         for index in range(rounds):
-            shift = index % len(names)
-            order = names[shift:] + names[:shift]
-            if index % 2:
-                order.reverse()
-            measured = {}
-            for name in order:
-                measured[name] = sides[name](steps, work / f"{name}_{index}")
-            per_round.append(measured)
-    sizes = {size: [r[f"guard_{size}"] for r in per_round] for size in GUARD_SIZES}
+            order = list(GUARD_SIZES) if index % 2 == 0 else list(reversed(GUARD_SIZES))
+            for size in order:
+                folder = work / f"guard_{size}_{index}"
+                sizes[size].append(guard_us(steps, folder, size, guarded_parity=index % 2))
+            plain.append(run_plain(steps, work))
     first, last = GUARD_SIZES[0], GUARD_SIZES[-1]
     slopes = [
         (high - low) / (last - first) for low, high in zip(sizes[first], sizes[last], strict=True)
     ]
-    vramkit_minus_lightning = [r["vramkit"] - r["lightning"] for r in per_round]
+    vramkit_minus_lightning = [
+        mine - theirs for mine, theirs in zip(pair["vramkit"], pair["lightning"], strict=True)
+    ]
     headline = statistics.median(vramkit_minus_lightning)
     slope = statistics.median(slopes)
     return {
@@ -305,9 +379,10 @@ def run(rounds: int = 11, steps: int = 300) -> dict[str, Any]:
         "warmup_steps": WARMUP_STEPS,
         "batch": BATCH,
         "step_us": {
-            name: _summary([r[name] for r in per_round]) for name in sides if "guard" not in name
+            "plain": _summary(plain),
+            "lightning": _summary(pair["lightning"]),
+            "vramkit": _summary(pair["vramkit"]),
         },
-        "lightning_minus_plain_us": _summary([r["lightning"] - r["plain"] for r in per_round]),
         "vramkit_minus_lightning_us": round(headline, 2),
         "vramkit_minus_lightning_us_spread": _summary(vramkit_minus_lightning),
         "guard_us": {str(size): _summary(values) for size, values in sizes.items()},
@@ -317,19 +392,28 @@ def run(rounds: int = 11, steps: int = 300) -> dict[str, Any]:
         "target_guard_us_per_param_tensor": TARGET_GUARD_US_PER_PARAM_TENSOR,
         "targets_met": headline <= TARGET_VRAMKIT_MINUS_LIGHTNING_US
         and slope <= TARGET_GUARD_US_PER_PARAM_TENSOR,
-        "all_rounds": [{name: round(value, 2) for name, value in r.items()} for r in per_round],
-        "timing": "CPU microseconds of this process per training step (all threads), mean over "
-        f"the steps after the first {WARMUP_STEPS}; vramkit - lightning is paired within a "
-        "round; guard_us is a guarded step's mean minus an unguarded one's in the same fit "
-        "(steps alternate); medians over rounds with min and max; guard_us_per_param_tensor is "
-        f"the median slope of guard_us from {first} to {last} parameter tensors",
+        "all_rounds": {
+            "plain": [round(v, 2) for v in plain],
+            **{side: [round(v, 2) for v in values] for side, values in pair.items()},
+            **{f"guard_{size}": [round(v, 2) for v in values] for size, values in sizes.items()},
+        },
+        "timing": "CPU microseconds of the measuring process per training step (all its "
+        f"threads), after the first {WARMUP_STEPS} steps of a run; lightning and vramkit: the "
+        "mean over a run's steps, the two sides in separate processes taking turns step by "
+        "step, one run each per round; guard_us: the median over a fit's step pairs of a "
+        "guarded step's time minus the next, unguarded, step's; medians over rounds with min "
+        f"and max; guard_us_per_param_tensor: the median slope of guard_us from {first} to "
+        f"{last} parameter tensors; plain is measured on its own (lightning_minus_plain is "
+        "not a paired figure)",
     }
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Command line; returns the numbers written."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.step_overhead", description=__doc__)
-    parser.add_argument("--rounds", type=int, default=11, help="rounds of every side")
+    parser.add_argument(
+        "--rounds", type=int, default=8, help="rounds of every measurement (even: see guard_us)"
+    )
     parser.add_argument("--steps", type=int, default=300, help="training steps per run")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="folder of the JSON file")
     args = parser.parse_args(argv)

@@ -119,16 +119,12 @@ class _StepRunner(abc.ABC):
         self.logs = LogBuffer()
         self.results: list[_MicroResult] = []
 
-    def _attempts(self, learned: Callable[[], int | None], remember: Callable[[int], None]) -> bool:
-        """Run the step's samples until all are done; False when this process gave up.
-
-        ``learned`` gives the micro-batch this phase uses (None: the whole batch) and
-        ``remember`` keeps a smaller one for the rest of the run.
-        """
+    def _attempts(self) -> bool:
+        """Run the step's samples until all are done; False when this process gave up."""
         segments = [_Segment(0, self.samples)]
         failures = 0
         while True:
-            micro_batch = learned() or self.samples
+            micro_batch = self._learned() or self.samples
             segments = self._attempt(segments, micro_batch)
             if not segments:
                 return True
@@ -138,7 +134,7 @@ class _StepRunner(abc.ABC):
             if decision.action is Action.GIVE_UP:
                 give_up(self.module, self._give_up_message(micro_batch))
                 return False
-            remember(decision.micro_batch)
+            self._remember(decision.micro_batch)
             if decision.action is Action.LAST_RESORT:
                 self._last_resort(decision.micro_batch)
             else:
@@ -190,6 +186,14 @@ class _StepRunner(abc.ABC):
         self, start: int, stop: int, done: dict[int, torch.nn.Parameter]
     ) -> _MicroResult:
         """Run samples ``start:stop`` of the batch; the subclass says how (train or validate)."""
+
+    @abc.abstractmethod
+    def _learned(self) -> int | None:
+        """The micro-batch this phase has learned to use (samples); None: the whole batch."""
+
+    @abc.abstractmethod
+    def _remember(self, micro_batch: int) -> None:
+        """Keep ``micro_batch`` samples for the rest of the run after a recovery."""
 
     def _interrupted(self, segment: _Segment) -> dict[int, torch.nn.Parameter]:
         """The parameters whose gradient for ``segment``'s failed micro-batch is already
@@ -272,17 +276,21 @@ class TrainingStepRunner(_StepRunner):
             self._zero_grad()
             state.skip_zero_grad = True
         try:
-            completed = self._attempts(lambda: state.train_micro_batch, self._remember_micro_batch)
+            completed = self._attempts()
         finally:
             if self._own_arrivals is not None:
                 self._own_arrivals.remove()
         if not completed:
             return idle_training_output(self.module, self.plan, self.batch_idx)
         self.logs.replay(self.module.log)
-        self._report()
+        if state.train_recoveries:
+            self._report()
         return self._lightning_output()
 
-    def _remember_micro_batch(self, micro_batch: int) -> None:
+    def _learned(self) -> int | None:
+        return self.state.train_micro_batch
+
+    def _remember(self, micro_batch: int) -> None:
         self.state.train_recoveries += 1
         self.state.train_micro_batch = micro_batch
 
@@ -412,8 +420,6 @@ class TrainingStepRunner(_StepRunner):
 
     def _report(self) -> None:
         state = self.state
-        if not state.train_recoveries:
-            return
         micro_batch = state.train_micro_batch or self.samples
         accumulation = math.ceil(self.samples / micro_batch) * self._accumulate
         metrics = {
@@ -472,7 +478,7 @@ class ValidationStepRunner(_StepRunner):
 
     def run(self) -> Any:
         state = self.state
-        if not self._attempts(lambda: state.val_micro_batch, self._remember_micro_batch):
+        if not self._attempts():
             return None
         self.logs.replay(self.module.log)
         if state.val_recoveries:
@@ -484,7 +490,10 @@ class ValidationStepRunner(_StepRunner):
         # Lightning keeps no validation outputs; callbacks see the last micro-batch's.
         return self.results[-1].output if self.results else None
 
-    def _remember_micro_batch(self, micro_batch: int) -> None:
+    def _learned(self) -> int | None:
+        return self.state.val_micro_batch
+
+    def _remember(self, micro_batch: int) -> None:
         self.state.val_recoveries += 1
         self.state.val_micro_batch = micro_batch
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
+from vramkit.core.callbacks.working_set import keep_working_callbacks
 from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.loggers import finish_wandb, log_config
@@ -38,6 +39,8 @@ def train(cfg: DictConfig) -> float | None:
     callbacks = instantiate_group(cfg.get("callbacks"))
     loggers = instantiate_group(cfg.get("logger"))
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    # callbacks with nothing to do in this run would cost every step
+    keep_working_callbacks(trainer, datamodule)
     try:
         log_config(trainer, cfg)
         if cfg.get("train", True):
