@@ -20,7 +20,7 @@ A step's cost is the CPU time of the measuring process (all its threads: a progr
 refresh thread counts) from one step's start to the next's, after a warm-up, so set-up and
 the end-of-fit checkpoint do not count. A shared machine's load drifts by tens of percent
 within seconds, so nothing is compared across separate moments: ``lightning`` and ``vramkit``
-run in two processes on one core that take turns step by step (one run of each per round,
+run in two processes on one core that take turns every 10 steps (one run of each per round,
 the mean over its steps), and the guard's cost is the median difference between adjacent
 steps of one fit. Objects alive before a run (the imports) are frozen out of the garbage
 collector, whose full passes over them would add tens of milliseconds at random steps. Each
@@ -67,6 +67,7 @@ GUARD_SIZES = (4, 100, 600)  # parameter tensors of the guard-alone models
 BATCH = 8
 FEATURES = 16
 WARMUP_STEPS = 20  # first steps of a run left out (allocator, first logs, lazy set-up)
+TURN_STEPS = 10  # steps each side of the lockstep pair runs before handing over
 
 
 class _Samples(Dataset):
@@ -227,25 +228,28 @@ def _fit(trainer: L.Trainer, module: Any, steps: int) -> None:
 
 
 class _Lockstep(L.Callback):
-    """Takes turns with the other side's process, one training step each.
+    """Takes turns with the other side's process, ``block`` training steps each.
 
-    At the start of each step (but the first) it hands the turn over, then waits for it to
-    come back; at the end of the fit it hands it over once more, so the other process can
-    finish. Both sides run it, so its own cost (two semaphore calls) is the same on both.
+    At the start of every ``block``-th step (but the first) it hands the turn over, then waits
+    for it to come back; at the end of the fit it hands it over once more, so the other
+    process can finish. Both sides run it, so its own cost (two semaphore calls per block) is
+    the same on both. Blocks of several steps keep each process's caches warm within a block,
+    as in a run of its own, while the load of any moment still falls on both sides.
     """
 
-    def __init__(self, mine: Any, theirs: Any) -> None:
-        self.mine, self.theirs = mine, theirs
-        self._started = False
+    def __init__(self, mine: Any, theirs: Any, block: int = TURN_STEPS) -> None:
+        self.mine, self.theirs, self.block = mine, theirs, block
+        self._steps = 0
 
     def on_train_start(self, *_: Any) -> None:
-        self._started = False
+        self._steps = 0
 
     def on_train_batch_start(self, *_: Any) -> None:
-        if self._started:
-            self.theirs.release()
-        self._started = True
-        self.mine.acquire()
+        if self._steps % self.block == 0:
+            if self._steps:
+                self.theirs.release()
+            self.mine.acquire()
+        self._steps += 1
 
     def on_train_end(self, *_: Any) -> None:
         self.theirs.release()
@@ -305,9 +309,9 @@ def lockstep_pair(rounds: int, steps: int, work: Path) -> dict[str, list[float]]
     """Per-step CPU microseconds of ``lightning`` and ``vramkit``, one list entry per round.
 
     Each side runs in a process of its own (forked from this one, so nothing is imported
-    twice), both on the same core, and the two take turns step by step: whatever load the
-    machine carries at a given moment falls on both alike, which separate runs a second apart
-    do not ensure.
+    twice), both on the same core, and the two take turns every ``TURN_STEPS`` steps: whatever
+    load the machine carries at a given moment falls on both alike, which separate runs a
+    second apart do not ensure.
     """
     context = multiprocessing.get_context("fork")
     turns = (context.Semaphore(1), context.Semaphore(0))
@@ -399,12 +403,12 @@ def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
         },
         "timing": "CPU microseconds of the measuring process per training step (all its "
         f"threads), after the first {WARMUP_STEPS} steps of a run; lightning and vramkit: the "
-        "mean over a run's steps, the two sides in separate processes taking turns step by "
-        "step, one run each per round; guard_us: the median over a fit's step pairs of a "
-        "guarded step's time minus the next, unguarded, step's; medians over rounds with min "
-        f"and max; guard_us_per_param_tensor: the median slope of guard_us from {first} to "
-        f"{last} parameter tensors; plain is measured on its own (lightning_minus_plain is "
-        "not a paired figure)",
+        "mean over a run's steps, the two sides in separate processes on one core taking "
+        f"turns every {TURN_STEPS} steps, one run each per round; guard_us: the median over a "
+        "fit's step pairs of a guarded step's time minus the next, unguarded, step's; medians "
+        "over rounds with min and max; guard_us_per_param_tensor: the median slope of guard_us "
+        f"from {first} to {last} parameter tensors; plain: measured on its own, paired with "
+        "nothing",
     }
 
 

@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import lightning as L
 import torch
@@ -118,8 +118,9 @@ def step_clock_for(device: torch.device) -> StepClock:
     return CudaEventClock() if device.type == "cuda" else WallClock()
 
 
-@dataclass(slots=True)
-class _PendingStep:
+class _PendingStep(NamedTuple):
+    """A training step's marks, kept until they have completed (a tuple: one per step)."""
+
     before: Any  # end of the previous step, or start of the training segment
     start: Any  # on_train_batch_start
     end: Any  # on_train_batch_end
@@ -282,12 +283,12 @@ class ThroughputMonitor(L.Callback):
         self._steps_seen += 1
         self._pending.append(
             _PendingStep(
-                before=self._prev_end,
-                start=self._step_start,
-                end=end,
-                samples=batch_size_of(batch) or 0,
+                self._prev_end,
+                self._step_start,
+                end,
+                batch_size_of(batch) or 0,
                 # the counting mode slows its step down: never a clean timing
-                measured=self._steps_seen > self.warmup_steps and not self._counting_this_step,
+                self._steps_seen > self.warmup_steps and not self._counting_this_step,
             )
         )
         self._prev_end = end
@@ -376,17 +377,18 @@ class ThroughputMonitor(L.Callback):
 
     def _resolve(self, block: bool) -> None:
         """Turn completed marks into times; without ``block`` stop at the first incomplete one."""
-        while self._pending:
-            step = self._pending[0]
-            if not block and not self._clock.ready(step.end):
+        clock, pending = self._clock, self._pending
+        while pending:
+            before, start, end, samples, measured = pending[0]
+            if not block and not clock.ready(end):
                 break
-            self._pending.popleft()
-            if not step.measured:
+            pending.popleft()
+            if not measured:
                 continue
-            iteration = self._clock.seconds(step.before, step.end)
-            wait = self._clock.seconds(step.before, step.start)
-            for totals in (self._window, self._run):
-                totals.add(iteration, wait, step.samples)
+            iteration = clock.seconds(before, end)
+            wait = clock.seconds(before, start)
+            self._window.add(iteration, wait, samples)
+            self._run.add(iteration, wait, samples)
             self._window_steps.append(iteration)
             self._recent_steps.append(iteration)
         while self._pending_validation:
