@@ -109,7 +109,7 @@ class RunProgressBar(RichProgressBar):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        if self._due(batch_idx, self._epoch_batches):
+        if self.is_enabled and self._due(batch_idx, self._epoch_batches):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     def on_validation_batch_end(
@@ -121,7 +121,8 @@ class RunProgressBar(RichProgressBar):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        if self._due(batch_idx, self.total_val_batches_current_dataloader):
+        # a hidden bar has nothing to move (and knows no current dataloader)
+        if self.is_enabled and self._due(batch_idx, self.total_val_batches_current_dataloader):
             super().on_validation_batch_end(
                 trainer, pl_module, outputs, batch, batch_idx, dataloader_idx
             )

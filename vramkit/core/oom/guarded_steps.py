@@ -264,6 +264,7 @@ class TrainingStepRunner(_StepRunner):
         self._accumulate = self.trainer.accumulate_grad_batches
         self._window_start = self.batch_idx % self._accumulate == 0
         self._gradients_to_keep = not self._window_start
+        self._watching = False  # the running micro-batch's gradient arrivals are noted
         self._arrivals = plan.arrivals
         self._own_arrivals: GradArrivals | None = None  # installed for this step only
 
@@ -305,7 +306,8 @@ class TrainingStepRunner(_StepRunner):
     ) -> _MicroResult:
         size = stop - start
         self._check_fault(size)
-        if self._gradients_to_keep:
+        self._watching = self._gradients_to_keep
+        if self._watching:
             self._watch_arrivals()
         micro = self._slice(start, stop)
         if done:
@@ -345,7 +347,7 @@ class TrainingStepRunner(_StepRunner):
         return _MicroResult(share.detach(), _detached(extras) if extras else None)
 
     def _interrupted(self, segment: _Segment) -> dict[int, torch.nn.Parameter]:
-        if self._arrivals is not None and self._gradients_to_keep:
+        if self._watching:
             return {**segment.done, **self._arrivals.arrived()}
         # Nothing was accumulated before this micro-batch: drop whatever its interrupted
         # backward pass added and redo it all.
