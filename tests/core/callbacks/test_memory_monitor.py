@@ -12,8 +12,9 @@ from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from vramkit.core.callbacks import memory_monitor
 from vramkit.core.callbacks.memory_monitor import MemoryMonitor
-from vramkit.core.hardware.memory_stats import read_host_memory, reset_host_peak
+from vramkit.core.hardware.memory_stats import MemoryReading, read_host_memory, reset_host_peak
 from vramkit.core.units import GIB
 
 VAL_EXTRA_BYTES = 384 * 2**20  # what each validation step holds on top of training
@@ -89,3 +90,42 @@ def test_host_memory_is_read_from_proc_status(tmp_path):
 
 def test_a_readonly_system_cannot_reset_the_host_peak(tmp_path):
     assert not reset_host_peak(tmp_path / "no" / "clear_refs")
+
+
+class _Light(_HungryValidation):
+    def validation_step(self, batch, batch_idx):
+        self.log("val/loss", self.layer(batch[0]).pow(2).mean())
+
+
+def test_memory_is_read_at_phase_boundaries_not_per_batch(tmp_path, monkeypatch):
+    reads: list[int] = []
+
+    def read() -> MemoryReading:
+        reads.append(1)
+        return MemoryReading(peak=len(reads) * GIB, current=GIB)
+
+    monkeypatch.setattr(memory_monitor, "read_host_memory", read)
+    monkeypatch.setattr(memory_monitor, "reset_host_peak", lambda: True)
+    counts = []
+    for batches in (4, 12):
+        reads.clear()
+        monitor = MemoryMonitor(summary=False)
+        trainer = L.Trainer(
+            accelerator="cpu",
+            max_epochs=1,
+            val_check_interval=0.5,  # a validation inside the epoch and one at its end
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            callbacks=[monitor],
+        )
+        loader = DataLoader(TensorDataset(torch.randn(2 * batches, 2)), batch_size=2)
+        trainer.fit(_Light(), train_dataloaders=loader, val_dataloaders=loader)
+        counts.append(len(reads))
+        assert monitor.records["train"].epochs == 1 and monitor.records["val"].epochs == 2
+        # training's peak is the highest of its stretches around the inner validation: the
+        # last read of the run was training's, at the end of the epoch
+        assert monitor.records["train"].run.peak == len(reads) * GIB
+    assert counts[0] == counts[1]  # three times as many batches, not one read more

@@ -82,7 +82,7 @@ def test_collects_between_training_and_validation_both_ways_and_before_testing(m
     assert hygiene.cleanings == 5
 
 
-def test_empties_the_cuda_cache_and_resets_peaks_only_once_cuda_is_in_use(monkeypatch):
+def test_empties_the_cuda_cache_only_once_cuda_is_in_use_and_leaves_the_peaks(monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
@@ -100,7 +100,8 @@ def test_empties_the_cuda_cache_and_resets_peaks_only_once_cuda_is_in_use(monkey
     hygiene.on_validation_start(fitting, None)
     hygiene.on_validation_end(fitting, None)
     hygiene.on_test_start(fitting, None)
-    assert calls == ["empty_cache", "reset_peaks"] * 3
+    # the peaks are the memory monitor's: it reads them before it resets them
+    assert calls == ["empty_cache"] * 3
 
 
 @pytest.mark.parametrize("fn", [TrainerFn.VALIDATING, TrainerFn.TESTING])

@@ -101,3 +101,19 @@ def test_memory_and_learning_rate_readers():
 def test_a_negative_interval_is_refused():
     with pytest.raises(ValueError, match="metrics_interval_s"):
         RunProgressBar(metrics_interval_s=-1)
+
+
+def test_the_bar_moves_at_most_refresh_rate_times_a_second_and_after_the_last_batch(
+    monkeypatch,
+):
+    moves: list[int] = []
+
+    def counted(self, trainer, pl_module, outputs, batch, batch_idx):
+        moves.append(batch_idx)
+
+    monkeypatch.setattr(L.pytorch.callbacks.RichProgressBar, "on_train_batch_end", counted)
+    monkeypatch.setattr("vramkit.core.callbacks.progress_bar.time.monotonic", lambda: 100.0)
+    bar = RunProgressBar(refresh_rate=10, console_kwargs={"file": io.StringIO()})
+    _fit(bar, max_epochs=2)  # 4 batches per epoch, all at the same instant
+    # the first batch of the run, then only each epoch's last: no time has passed in between
+    assert moves == [0, 3, 3]

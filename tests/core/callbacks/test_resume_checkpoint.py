@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from resumable_fit import STEPS_PER_EPOCH, fit, same, weights
 
 from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
-from vramkit.core.run.stop_signals import RunStopped
+from vramkit.core.callbacks.stop_signals import RunStopped
 
 
 class SignalSelf(L.Callback):

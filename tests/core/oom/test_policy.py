@@ -10,41 +10,14 @@ import torch
 from vramkit.core.data.batches import batch_size_of
 from vramkit.core.oom.batch_split import slice_batch
 from vramkit.core.oom.log_buffer import LogBuffer
-from vramkit.core.oom.policy import Action, decide, halve
+from vramkit.core.oom.policy import Action, Decision, decide, halve
 
 
-class _FakeCluster:
-    """All-reduces (logical OR) the flags of several processes deciding in lockstep."""
-
-    def __init__(self, flags: list[bool]) -> None:
-        self.flags = flags
-        self.calls = 0
-
-    def any_process(self, flag: bool) -> bool:
-        self.calls += 1
-        return any(self.flags)
-
-
-@pytest.mark.parametrize("failed", [[True, False], [False, True], [True, True]])
-def test_every_process_takes_the_same_decision_when_any_runs_out_of_memory(failed):
-    cluster = _FakeCluster(failed)
-    decisions = [decide(flag, 8, 0, cluster.any_process) for flag in failed]
-    # the process that did not fail splits too: its next collective is the same as the others'
-    assert decisions[0] == decisions[1]
-    assert decisions[0].action is Action.SPLIT and decisions[0].micro_batch == 4
-    assert cluster.calls == 2  # one all-reduce per process per attempt, failed or not
-
-
-def test_no_failure_anywhere_keeps_the_micro_batch():
-    decision = decide(False, 6, 0, _FakeCluster([False, False]).any_process)
-    assert (decision.action, decision.micro_batch) == (Action.DONE, 6)
-
-
-def test_a_second_failure_of_a_step_is_the_last_resort_in_training_only():
-    any_failed = _FakeCluster([True]).any_process
-    assert decide(True, 4, 1, any_failed).action is Action.LAST_RESORT
-    assert decide(True, 4, 1, any_failed, last_resort=False).action is Action.SPLIT
-    assert decide(True, 1, 1, any_failed).action is Action.GIVE_UP
+def test_a_first_failure_halves_and_a_second_one_of_the_same_step_is_the_last_resort():
+    assert decide(8, 0) == Decision(Action.SPLIT, 4)
+    assert decide(4, 1) == Decision(Action.LAST_RESORT, 2)
+    assert decide(4, 1, last_resort=False) == Decision(Action.SPLIT, 2)  # validation
+    assert decide(1, 0).action is Action.GIVE_UP
 
 
 def test_halving_rounds_up_and_ends_at_one_sample():
@@ -94,21 +67,29 @@ class _Recorder:
 
 def test_logs_of_micro_batches_merge_into_the_whole_batch_values():
     buffer = LogBuffer()
-    module = torch.nn.Module()
     for size, loss, peak in ((3, 1.0, 5.0), (1, 5.0, 9.0)):
-        with buffer.capture(module, size):
-            module.log("train/loss", torch.tensor(loss), batch_size=size)
-            module.log("val/peak", peak, reduce_fx="max")
-            module.log("count", 1.0, reduce_fx="sum")
+        buffer.start(size)
+        buffer.record("train/loss", torch.tensor(loss), (), {"batch_size": size})
+        buffer.record("val/peak", peak, (), {"reduce_fx": "max"})
+        buffer.record("count", 1.0, (False,), {"reduce_fx": "sum"})  # prog_bar by position
         buffer.commit()
-    with buffer.capture(module, 4):
-        module.log("train/loss", torch.tensor(100.0), batch_size=4)
+    buffer.start(4)
+    buffer.record("train/loss", torch.tensor(100.0), (), {"batch_size": 4})
     buffer.drop()  # this micro-batch ran out of memory: its log is forgotten
-    assert "log" not in vars(module)  # the shadowing attribute is gone
     sink = _Recorder()
     buffer.replay(sink)
     assert sink.calls == [
         ("train/loss", 2.0, {"batch_size": 4}),  # (3 x 1 + 1 x 5) / 4
         ("val/peak", 9.0, {"reduce_fx": "max"}),
-        ("count", 2.0, {"reduce_fx": "sum"}),
+        ("count", 2.0, {"prog_bar": False, "reduce_fx": "sum"}),
     ]
+
+
+def test_a_name_logged_once_is_replayed_with_the_arguments_it_was_given():
+    buffer = LogBuffer()
+    buffer.start(8)
+    buffer.record("train/loss", torch.tensor(1.5), (True,), {"batch_size": 8})
+    buffer.commit()
+    calls = []
+    buffer.replay(lambda *args, **kwargs: calls.append((args, kwargs)))
+    assert calls == [(("train/loss", torch.tensor(1.5), True), {"batch_size": 8})]

@@ -51,22 +51,30 @@ class _OOMInBackward(torch.autograd.Function):
 
 
 class TinyRegressor(OOMResilientModule):
-    def __init__(self, optimizer: str = "sgd", backward_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        optimizer: str = "sgd",
+        backward_limit: int | None = None,
+        limit_from_batch: int = 0,
+    ) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.first = nn.Linear(4, 8)
         self.second = nn.Linear(8, 1)
         self.optimizer = optimizer
         self.backward_limit = backward_limit
+        self.limit_from_batch = limit_from_batch  # batches before it run without the limit
+        self.limit_now: int | None = None
         self.seen_names: list[str] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = torch.tanh(self.first(x))
-        if self.backward_limit is not None:
-            hidden = _OOMInBackward.apply(hidden, self.backward_limit)
+        if self.limit_now is not None:
+            hidden = _OOMInBackward.apply(hidden, self.limit_now)
         return self.second(hidden).squeeze(-1)
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        self.limit_now = self.backward_limit if batch_idx >= self.limit_from_batch else None
         loss = F.mse_loss(self(batch["x"]), batch["y"])
         self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=len(batch["y"]))
         return loss
@@ -165,15 +173,19 @@ def _epoch_loss(reference: TinyRegressor) -> torch.Tensor:
     return torch.stack(losses).mean()
 
 
-def test_oom_in_the_middle_of_backward_adds_each_gradient_once(tmp_path):
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_oom_in_the_middle_of_backward_adds_each_gradient_once(tmp_path, accumulate):
     reference = TinyRegressor(backward_limit=None)
-    _fit(tmp_path, reference, epochs=2)
-    recovered = TinyRegressor(backward_limit=4)
-    _fit(tmp_path, recovered, epochs=2)
+    _fit(tmp_path, reference, batch_size=4, accumulate=accumulate, epochs=2)
+    # With accumulation the second batch of each window fails: its gradients add to the
+    # first batch's, which the redo must keep.
+    recovered = TinyRegressor(backward_limit=2, limit_from_batch=accumulate - 1)
+    _fit(tmp_path, recovered, batch_size=4, accumulate=accumulate, epochs=2)
     # `second` had its gradient when the backward pass failed; a redo that added it again
     # would move it by twice the step.
+    assert _moved(reference)
     _assert_same_weights(recovered, reference)
-    assert recovered.oom_state.train_micro_batch == 4
+    assert recovered.oom_state.train_micro_batch == 2
 
 
 def test_last_resort_saves_a_checkpoint_and_continues_from_it(tmp_path, caplog):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -13,13 +14,25 @@ log = logging.getLogger(__name__)
 class BadInputReport(L.Callback):
     """Sums the ``skipped`` count that the text-detection collate puts in every batch.
 
-    A corrupt image is dropped in the loader worker (which warns with its file name); this
-    callback turns those drops, and the malformed annotation lines the datasets counted when they
-    were built, into one summary line per epoch and the metrics ``data/skipped_<phase>_images``.
+    Batches of any other form (lists, tuples, tensors, mappings without ``skipped``) count no
+    skipped input. A corrupt image is dropped in the loader worker (which warns with its file
+    name); this callback turns those drops, and the malformed annotation lines the datasets
+    counted when they were built, into one summary line per epoch and the metrics
+    ``data/skipped_<phase>_images``.
     """
 
     def __init__(self) -> None:
         self._skipped = {"train": 0, "val": 0}
+
+    def nothing_to_do(
+        self, trainer: L.Trainer, datamodule: L.LightningDataModule | None
+    ) -> str | None:
+        """Only a datamodule that reports its input problems (``data_problems``, as those whose
+        collate drops unreadable inputs do) gives it something to count (see
+        ``working_set.py``)."""
+        if callable(getattr(datamodule, "data_problems", None)):
+            return None
+        return "the datamodule reports no input problems (it has no data_problems())"
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         problems = getattr(trainer.datamodule, "data_problems", None)
@@ -38,12 +51,12 @@ class BadInputReport(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
-        self._skipped["train"] += int(batch.get("skipped", 0))
+        self._skipped["train"] += skipped_in(batch)
 
     def on_validation_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
-        self._skipped["val"] += int(batch.get("skipped", 0))
+        self._skipped["val"] += skipped_in(batch)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._report(pl_module, "train")
@@ -62,3 +75,8 @@ class BadInputReport(L.Callback):
                 pl_module.current_epoch,
                 skipped,
             )
+
+
+def skipped_in(batch: Any) -> int:
+    """The ``skipped`` count of a mapping batch (the text-detection collate's); 0 for any other."""
+    return int(batch.get("skipped", 0)) if isinstance(batch, Mapping) else 0

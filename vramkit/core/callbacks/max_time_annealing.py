@@ -82,9 +82,14 @@ class MaxTimeAnnealing(L.Callback):
         self._pace = state_dict.get("pace_s_per_step")
         self._resumed = True
 
+    def nothing_to_do(
+        self, trainer: L.Trainer, datamodule: L.LightningDataModule | None
+    ) -> str | None:
+        """Without ``max_time`` no run is cut short (see ``working_set.py``)."""
+        return None if _max_time_timer(trainer) is not None else "trainer.max_time is not set"
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        timers = [callback for callback in trainer.callbacks if isinstance(callback, Timer)]
-        self._timer = timers[0] if timers and timers[0].time_remaining() is not None else None
+        self._timer = _max_time_timer(trainer)
         self._schedulers = [
             config.scheduler
             for config in trainer.lr_scheduler_configs
@@ -172,3 +177,9 @@ class MaxTimeAnnealing(L.Callback):
                 log.debug(
                     "max_time annealing: end %d -> %d", before, self._schedulers[0].total_steps
                 )
+
+
+def _max_time_timer(trainer: L.Trainer) -> Timer | None:
+    """The Timer that ``trainer.max_time`` added, or None when there is no time limit."""
+    timers = [callback for callback in trainer.callbacks if isinstance(callback, Timer)]
+    return timers[0] if timers and timers[0].time_remaining() is not None else None

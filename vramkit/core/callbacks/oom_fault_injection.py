@@ -52,6 +52,12 @@ class OOMFaultInjection(L.Callback):
     def active(self) -> bool:
         return self.oom_train_above is not None or self.oom_val_above is not None
 
+    def nothing_to_do(
+        self, trainer: L.Trainer, datamodule: L.LightningDataModule | None
+    ) -> str | None:
+        """Without a limit there is no fault to inject (see ``working_set.py``)."""
+        return None if self.active else "no fault.oom_train_above or fault.oom_val_above given"
+
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if not self.active:
             return

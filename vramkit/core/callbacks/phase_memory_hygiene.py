@@ -14,13 +14,15 @@ log = logging.getLogger(__name__)
 
 
 class PhaseMemoryHygiene(L.Callback):
-    """``gc.collect()``, ``torch.cuda.empty_cache()`` and a reset of the CUDA peak statistics
-    when validation starts, when it ends (training resumes) and when testing starts.
+    """``gc.collect()`` and ``torch.cuda.empty_cache()`` when validation starts, when it ends
+    (training resumes) and when testing starts.
 
     Lightning empties the CUDA cache at setup, teardown and checkpoint load but never between
-    phases, so validation inherits the training step's cached blocks (and their fragmentation)
-    and the peak statistics mix both phases. The CUDA calls run only once CUDA has been
-    initialised in this process: on a CPU run only the garbage collector runs.
+    phases, so validation inherits the training step's cached blocks (and their fragmentation).
+    The peak statistics are left alone: the ``MemoryMonitor`` callback reads each phase's peak
+    when the phase ends and resets it when the next starts, and a reset here, before its
+    reading, would lose the ending phase's peak. The CUDA call runs only once
+    CUDA has been initialised in this process: on a CPU run only the garbage collector runs.
     """
 
     def __init__(self) -> None:
@@ -41,12 +43,11 @@ class PhaseMemoryHygiene(L.Callback):
         if cuda:
             # Lightning's gc.collect() + empty_cache(), which survives an OOM while emptying.
             garbage_collection_cuda()
-            torch.cuda.reset_peak_memory_stats()
         else:
             gc.collect()
         self.cleanings += 1
         log.debug(
             "memory hygiene %s: garbage collected%s",
             when,
-            ", CUDA cache emptied, peaks reset" if cuda else "",
+            ", CUDA cache emptied" if cuda else "",
         )

@@ -24,11 +24,14 @@ def resident_set_gib() -> float | None:
 def memory_in_use(device: torch.device) -> str | None:
     """A short memory reading: CUDA allocated/reserved GiB on a GPU, else the process RSS.
 
-    Reading the CUDA allocator's counters does not synchronise the device.
+    Reading the CUDA allocator's counters does not synchronise the device; one
+    ``memory_stats`` call gives both (``memory_allocated`` and ``memory_reserved`` would each
+    build the whole dictionary, torch/cuda/memory.py).
     """
     if device.type == "cuda":
-        allocated = torch.cuda.memory_allocated(device) / GIB
-        reserved = torch.cuda.memory_reserved(device) / GIB
+        stats = torch.cuda.memory_stats(device)
+        allocated = stats.get("allocated_bytes.all.current", 0) / GIB
+        reserved = stats.get("reserved_bytes.all.current", 0) / GIB
         return f"{allocated:.2f}/{reserved:.2f} GiB"
     rss = resident_set_gib()
     return None if rss is None else f"{rss:.2f} GiB rss"
@@ -50,7 +53,9 @@ class RunProgressBar(RichProgressBar):
     time included in proportion). Everything shown is recomputed at most every
     ``metrics_interval_s`` seconds: Lightning turns the logged metrics into Python numbers for
     the bar, which on a GPU waits for the device, and doing that on every step would cost
-    throughput.
+    throughput. The bar itself moves at most ``refresh_rate`` times a second (and after a
+    phase's last batch): Lightning's updates it after every batch, tens of microseconds each,
+    for a screen that redraws ten times a second.
 
     Args:
         refresh_rate: redraws per second (0 hides the bar).
@@ -77,6 +82,9 @@ class RunProgressBar(RichProgressBar):
         self._fit_started_at: float | None = None
         self._first_step = 0
         self._total_steps = math.inf
+        self._moved_at = -math.inf
+        self._move_interval_s = 1.0 / refresh_rate if refresh_rate > 0 else math.inf
+        self._epoch_batches = math.inf  # training batches of the current epoch
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_start(trainer, pl_module)
@@ -85,9 +93,48 @@ class RunProgressBar(RichProgressBar):
         self._total_steps = trainer.estimated_stepping_batches  # of the whole fit, from step 0
         self._cached = None
 
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_start(trainer, pl_module)
+        self._epoch_batches = self.total_train_batches
+
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._cached = None  # the epoch's final numbers, not a reading from half a second ago
         super().on_train_epoch_end(trainer, pl_module)
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if self.is_enabled and self._due(batch_idx, self._epoch_batches):
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        # a hidden bar has nothing to move (and knows no current dataloader)
+        if self.is_enabled and self._due(batch_idx, self.total_val_batches_current_dataloader):
+            super().on_validation_batch_end(
+                trainer, pl_module, outputs, batch, batch_idx, dataloader_idx
+            )
+
+    def _due(self, batch_idx: int, total: float) -> bool:
+        """Whether the bar moves after batch ``batch_idx`` of ``total``: when the last move
+        is ``1 / refresh_rate`` seconds old, and after the last batch."""
+        now = time.monotonic()
+        if now - self._moved_at < self._move_interval_s and batch_idx + 1 < total:
+            return False
+        self._moved_at = now
+        return True
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         now = time.monotonic()

@@ -11,9 +11,9 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
+from vramkit.core.callbacks.stop_signals import STOP_SIGNALS, RunStopped, StopSignals, parse_signals
 from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import source_of
-from vramkit.core.run.stop_signals import STOP_SIGNALS, RunStopped, StopSignals, parse_signals
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class ResumeCheckpoint(ModelCheckpoint):
       the cut epoch at its next batch instead of skipping the rest of it;
     - on a stop signal (``stop_signals``, by default SIGTERM, SIGINT and SIGUSR1): at the next
       training step boundary, or at the end of the validation pass the signal interrupted; the
-      run then ends with :class:`~vramkit.core.run.stop_signals.RunStopped` (exit status 128 +
+      run then ends with :class:`~vramkit.core.callbacks.stop_signals.RunStopped` (exit status 128 +
       the signal number), never as a success. Lightning's SLURM auto-requeue keeps SIGUSR1.
 
     A ``ModelCheckpoint`` without a monitor, so checkpoint retention and loggers know the file

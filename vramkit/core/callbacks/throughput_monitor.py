@@ -27,14 +27,14 @@ run is logged at the end of fitting.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import lightning as L
-import numpy as np
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from torch._dynamo.eval_frame import OptimizedModule
@@ -118,8 +118,9 @@ def step_clock_for(device: torch.device) -> StepClock:
     return CudaEventClock() if device.type == "cuda" else WallClock()
 
 
-@dataclass
-class _PendingStep:
+class _PendingStep(NamedTuple):
+    """A training step's marks, kept until they have completed (a tuple: one per step)."""
+
     before: Any  # end of the previous step, or start of the training segment
     start: Any  # on_train_batch_start
     end: Any  # on_train_batch_end
@@ -282,12 +283,12 @@ class ThroughputMonitor(L.Callback):
         self._steps_seen += 1
         self._pending.append(
             _PendingStep(
-                before=self._prev_end,
-                start=self._step_start,
-                end=end,
-                samples=batch_size_of(batch) or 0,
+                self._prev_end,
+                self._step_start,
+                end,
+                batch_size_of(batch) or 0,
                 # the counting mode slows its step down: never a clean timing
-                measured=self._steps_seen > self.warmup_steps and not self._counting_this_step,
+                self._steps_seen > self.warmup_steps and not self._counting_this_step,
             )
         )
         self._prev_end = end
@@ -376,17 +377,18 @@ class ThroughputMonitor(L.Callback):
 
     def _resolve(self, block: bool) -> None:
         """Turn completed marks into times; without ``block`` stop at the first incomplete one."""
-        while self._pending:
-            step = self._pending[0]
-            if not block and not self._clock.ready(step.end):
+        clock, pending = self._clock, self._pending
+        while pending:
+            before, start, end, samples, measured = pending[0]
+            if not block and not clock.ready(end):
                 break
-            self._pending.popleft()
-            if not step.measured:
+            pending.popleft()
+            if not measured:
                 continue
-            iteration = self._clock.seconds(step.before, step.end)
-            wait = self._clock.seconds(step.before, step.start)
-            for totals in (self._window, self._run):
-                totals.add(iteration, wait, step.samples)
+            iteration = clock.seconds(before, end)
+            wait = clock.seconds(before, start)
+            self._window.add(iteration, wait, samples)
+            self._run.add(iteration, wait, samples)
             self._window_steps.append(iteration)
             self._recent_steps.append(iteration)
         while self._pending_validation:
@@ -409,11 +411,11 @@ class ThroughputMonitor(L.Callback):
     ) -> dict[str, float]:
         if totals.batches == 0 or totals.seconds <= 0:
             return {}
-        step_ms = np.asarray(steps, dtype=np.float64) * 1000.0
+        step_ms = [seconds * 1000.0 for seconds in steps]
         metrics = {
             "perf/train_samples_per_s": totals.samples * self._world_size / totals.seconds,
-            "perf/train_step_ms_median": float(np.median(step_ms)),
-            "perf/train_step_ms_p90": float(np.percentile(step_ms, 90)),
+            "perf/train_step_ms_median": statistics.median(step_ms),
+            "perf/train_step_ms_p90": _p90(step_ms),
             "perf/data_wait_fraction": totals.wait_seconds / totals.seconds,
         }
         if self._peak is not None and self.flops_per_batch is not None:
@@ -473,8 +475,24 @@ class ThroughputMonitor(L.Callback):
         )
 
 
+def _p90(values: list[float]) -> float:
+    """The 90th percentile with linear interpolation between the closest ranks (numpy's
+    default), from the standard library: numpy's call costs tens of microseconds on the ten
+    values of a logging window."""
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=10, method="inclusive")[-1]
+
+
 def _log_metrics(trainer: L.Trainer, metrics: dict[str, float], step: int | None = None) -> None:
-    # The logger connector sends to every logger, by default at the step the module's own
-    # metrics use; Lightning's ThroughputMonitor logs the same way.
-    if metrics and trainer.loggers:
-        trainer._logger_connector.log_metrics(metrics, step=step)
+    """Send ``metrics`` to every logger, at ``step`` or the step the module's own metrics use,
+    with the epoch, as Lightning's logger connector does, but without its ``logger.save()``
+    after each call (a file write for the CSV logger): the loggers write these rows with the
+    module's next ones, and at the end of the run."""
+    if not metrics or not trainer.loggers:
+        return
+    if step is None:
+        step = trainer.fit_loop.epoch_loop._batches_that_stepped
+    row = {**metrics, "epoch": trainer.current_epoch}
+    for logger in trainer.loggers:
+        logger.log_metrics(row, step=step)

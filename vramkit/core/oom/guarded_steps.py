@@ -2,11 +2,12 @@
 
 These runners are what :class:`~vramkit.core.oom.resilient_module.OOMResilientModule`
 puts around a module's ``training_step`` and ``validation_step``. A step is a sequence of
-attempts; each attempt runs the samples not done yet in micro-batches, and after each attempt
-every process agrees (:func:`~vramkit.core.oom.policy.decide`) whether one of them
-ran out of memory and what to do about it. The failed micro-batch's tensors live only in the
-frames of :meth:`_StepRunner._micro_batch`, which the exception took with it: memory is
-released after the ``except`` block, never inside it.
+attempts; each attempt runs the samples not done yet in micro-batches. After a failed attempt
+the process decides alone (:func:`~vramkit.core.oom.policy.decide`) what to do about it; a
+step without an OOM does nothing besides the module's own work, whatever the model's size:
+no hook, no parameter walk, no tensor operation, no collective. The failed micro-batch's
+tensors live only in the frames of :meth:`_StepRunner._micro_batch`, which the exception
+took with it: memory is released after the ``except`` block, never inside it.
 """
 
 from __future__ import annotations
@@ -21,17 +22,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, SingleDeviceStrategy
 from lightning.pytorch.utilities.memory import is_oom_error
 
 from vramkit.core.oom.batch_split import slice_batch
+from vramkit.core.oom.ddp_touch import touch_every_parameter
+from vramkit.core.oom.give_up import give_up
 from vramkit.core.oom.grad_arrivals import GradArrivals
 from vramkit.core.oom.log_buffer import LogBuffer
-from vramkit.core.oom.policy import Action, Decision, decide
+from vramkit.core.oom.policy import Action, decide
 
 if TYPE_CHECKING:
     import lightning as L
 
+    from vramkit.core.oom.guard_plan import GuardPlan
     from vramkit.core.oom.resilient_module import OOMResilientModule
 
 log = logging.getLogger(__name__)
@@ -55,10 +58,13 @@ class OOMRecoveryState:
     last_resorts: int = 0  # times the last resort (checkpoint and reload) was taken
     last_resort_checkpoint: str | None = None  # the checkpoint the last resort wrote
     fault_above: dict[str, int | None] = field(default_factory=lambda: {"train": None, "val": None})
+    gave_up: str | None = None  # why this process stopped working (DDP: it waits for the others)
     # Hand-over to the Lightning hooks that run after training_step returns:
     skip_zero_grad: bool = False  # the step zeroed the gradients itself, before its backward
     backward_done: bool = False  # the step accumulated its gradients; Lightning's pass only syncs
     depth: int = 0  # > 0 inside a guarded step (a subclass calling super() is not guarded twice)
+    log_buffer: LogBuffer | None = None  # where self.log calls go while a micro-batch runs
+    plan: GuardPlan | None = field(default=None, repr=False)  # this epoch's facts (guard_plan.py)
 
 
 @dataclass
@@ -75,22 +81,6 @@ class _Segment:
 class _MicroResult:
     loss: torch.Tensor | None  # weighted, detached loss of the micro-batch (training)
     output: Any  # what the module's step returned, detached
-
-
-def training_guard_applies(module: OOMResilientModule) -> str | None:
-    """Why training steps of ``module`` cannot be guarded in this run, or None when they can."""
-    trainer = module._trainer
-    if trainer is None:
-        return "no Trainer is attached"
-    if not module.automatic_optimization:
-        return "the module uses manual optimization"
-    strategy = trainer.strategy
-    supported = isinstance(strategy, (SingleDeviceStrategy, DDPStrategy)) and not isinstance(
-        strategy, DeepSpeedStrategy
-    )
-    if not supported or strategy.handles_gradient_accumulation:
-        return f"strategy {type(strategy).__name__} runs its own backward pass"
-    return None
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -119,6 +109,7 @@ class _StepRunner(abc.ABC):
         extra: tuple[Any, ...],
     ) -> None:
         self.module = module
+        self.state = module.oom_state
         self.trainer: L.Trainer = module.trainer
         self.step = step
         self.batch = batch
@@ -127,24 +118,37 @@ class _StepRunner(abc.ABC):
         self.extra = extra
         self.logs = LogBuffer()
         self.results: list[_MicroResult] = []
-        self._batch_weight: LossWeight | None = None
+
+    def _attempts(self) -> bool:
+        """Run the step's samples until all are done; False when this process gave up."""
+        segments = [_Segment(0, self.samples)]
+        failures = 0
+        while True:
+            micro_batch = self._learned() or self.samples
+            segments = self._attempt(segments, micro_batch)
+            if not segments:
+                return True
+            decision = decide(micro_batch, failures, last_resort=self.phase == "train")
+            failures += 1
+            release_memory(self.module.device)
+            if decision.action is Action.GIVE_UP:
+                give_up(self.module, self._give_up_message(micro_batch))
+                return False
+            self._remember(decision.micro_batch)
+            if decision.action is Action.LAST_RESORT:
+                self._last_resort(decision.micro_batch)
+            else:
+                self._say_split(decision.micro_batch)
 
     # One attempt: the remaining segments in micro-batches, until done or out of memory.
-    def _attempt(
-        self, segments: list[_Segment], micro_batch: int, arrivals: GradArrivals | None
-    ) -> list[_Segment]:
+    def _attempt(self, segments: list[_Segment], micro_batch: int) -> list[_Segment]:
         remaining = list(segments)
         while remaining:
             segment = remaining[0]
             stop = min(segment.start + micro_batch, segment.stop)
-            if arrivals is not None:
-                arrivals.reset()
             result = self._try_micro_batch(segment.start, stop, segment.done)
             if result is None:
-                interrupted = dict(segment.done)
-                if arrivals is not None:
-                    interrupted.update(arrivals.arrived())
-                left = [_Segment(segment.start, stop, interrupted)]
+                left = [_Segment(segment.start, stop, self._interrupted(segment))]
                 if stop < segment.stop:
                     left.append(_Segment(stop, segment.stop, segment.done))
                 return left + remaining[1:]
@@ -159,6 +163,8 @@ class _StepRunner(abc.ABC):
         self, start: int, stop: int, done: dict[int, torch.nn.Parameter]
     ) -> _MicroResult | None:
         failed = False
+        self.logs.start(stop - start)
+        self.state.log_buffer = self.logs
         try:
             result = self._micro_batch(start, stop, done)
         except RuntimeError as error:
@@ -167,6 +173,8 @@ class _StepRunner(abc.ABC):
             # Only note it: the exception holds the failed micro-batch's frames, and with them
             # its activations, until this block ends.
             failed = True
+        finally:
+            self.state.log_buffer = None
         if failed:
             self.logs.drop()
             return None
@@ -179,47 +187,58 @@ class _StepRunner(abc.ABC):
     ) -> _MicroResult:
         """Run samples ``start:stop`` of the batch; the subclass says how (train or validate)."""
 
+    @abc.abstractmethod
+    def _learned(self) -> int | None:
+        """The micro-batch this phase has learned to use (samples); None: the whole batch."""
+
+    @abc.abstractmethod
+    def _remember(self, micro_batch: int) -> None:
+        """Keep ``micro_batch`` samples for the rest of the run after a recovery."""
+
+    def _interrupted(self, segment: _Segment) -> dict[int, torch.nn.Parameter]:
+        """The parameters whose gradient for ``segment``'s failed micro-batch is already
+        accumulated; a redo leaves them out."""
+        return segment.done
+
+    def _last_resort(self, micro_batch: int) -> None:
+        """Only training has optimizer state to move out of the way."""
+        raise NotImplementedError(f"no last resort in the {self.phase} phase")
+
     def _slice(self, start: int, stop: int) -> Any:
         if (start, stop) == (0, self.samples):
             return self.batch
         return slice_batch(self.batch, start, stop, self.samples)
 
     def _check_fault(self, size: int) -> None:
-        limit = self.module.oom_state.fault_above[self.phase]
+        limit = self.state.fault_above[self.phase]
         if limit is not None and size > limit:
             raise torch.cuda.OutOfMemoryError(
                 f"injected by fault.oom_{self.phase}_above={limit}: "
                 f"a {self.phase} micro-batch of {size} samples"
             )
 
-    def _decide(self, failed: bool, micro_batch: int, failures: int) -> Decision:
-        strategy = self.trainer.strategy
-        return decide(
-            failed,
-            micro_batch,
-            failures,
-            lambda flag: bool(strategy.reduce_boolean_decision(flag, all=False)),
-            last_resort=self.phase == "train",
-        )
-
     def _where(self) -> str:
+        rank = f"process {self.trainer.global_rank}, " if self.trainer.world_size > 1 else ""
         return (
             f"{self.phase} step of epoch {self.trainer.current_epoch}, batch {self.batch_idx} "
-            f"({self.samples} samples)"
+            f"({rank}{self.samples} samples)"
         )
 
     def _say(self, message: str, *args: Any) -> None:
-        if self.trainer.is_global_zero:
-            log.warning(message, *args)
+        # Each process recovers alone, so each says what it did.
+        log.warning(message, *args)
 
-    def _give_up(self, micro_batch: int) -> None:
-        state = self.module.oom_state
+    @abc.abstractmethod
+    def _say_split(self, micro_batch: int) -> None:
+        """Say that the step is redone in micro-batches of ``micro_batch``."""
+
+    def _give_up_message(self, micro_batch: int) -> str:
         where = (
-            f" The last-resort checkpoint is {state.last_resort_checkpoint}."
-            if state.last_resort_checkpoint
+            f" The last-resort checkpoint is {self.state.last_resort_checkpoint}."
+            if self.state.last_resort_checkpoint
             else ""
         )
-        raise torch.cuda.OutOfMemoryError(
+        return (
             f"out of memory in the {self._where()} with {micro_batch} sample per micro-batch: "
             f"nothing smaller is left to try.{where} Plan the run with "
             "`python scripts/plan_memory.py` and apply one of its remedies (gradient "
@@ -228,78 +247,112 @@ class _StepRunner(abc.ABC):
 
 
 class TrainingStepRunner(_StepRunner):
-    """A training step whose gradients are accumulated micro-batch by micro-batch."""
+    """A training step whose gradients are accumulated micro-batch by micro-batch.
+
+    The gradients only need watching (:class:`GradArrivals`) while they hold something an
+    interrupted backward pass must not spoil: earlier batches of an accumulation window, or an
+    earlier micro-batch of this step. Otherwise a failed micro-batch's partial gradients are
+    zeroed and it is simply redone, so a step that runs whole needs no hook at all.
+    """
 
     phase = "train"
 
+    def __init__(self, module: OOMResilientModule, plan: GuardPlan, *args: Any) -> None:
+        super().__init__(module, *args)
+        self.plan = plan
+        self._batch_weight: LossWeight | None = None
+        self._accumulate = self.trainer.accumulate_grad_batches
+        self._window_start = self.batch_idx % self._accumulate == 0
+        self._gradients_to_keep = not self._window_start
+        self._watching = False  # the running micro-batch's gradient arrivals are noted
+        self._arrivals = plan.arrivals
+        self._own_arrivals: GradArrivals | None = None  # installed for this step only
+
     def run(self) -> Any:
-        module, trainer, state = self.module, self.trainer, self.module.oom_state
-        accumulate = trainer.accumulate_grad_batches
+        state = self.state
         state.skip_zero_grad = state.backward_done = False
         # Lightning zeroes the gradients after training_step returns (it runs the step first);
         # this step fills them itself, so it zeroes them first and Lightning's call is skipped.
-        if self.batch_idx % accumulate == 0:
-            module.optimizer_zero_grad(trainer.current_epoch, self.batch_idx, trainer.optimizers[0])
+        if self._window_start:
+            self._zero_grad()
             state.skip_zero_grad = True
-
-        segments = [_Segment(0, self.samples)]
-        failures = 0
-        with GradArrivals(module.parameters()).watching() as arrivals:
-            while True:
-                micro_batch = state.train_micro_batch or self.samples
-                segments = self._attempt(segments, micro_batch, arrivals)
-                decision = self._decide(bool(segments), micro_batch, failures)
-                if decision.action is Action.DONE:
-                    break
-                failures += 1
-                release_memory(module.device)
-                if decision.action is Action.GIVE_UP:
-                    self._give_up(micro_batch)
-                state.train_recoveries += 1
-                state.train_micro_batch = decision.micro_batch
-                if decision.action is Action.LAST_RESORT:
-                    self._last_resort(decision.micro_batch)
-                else:
-                    self._say(
-                        "Out of memory in the %s: redoing its unfinished samples in micro-batches "
-                        "of %d with gradient accumulation (%d per batch x accumulate_grad_batches "
-                        "%d; same effective batch) and keeping that micro-batch for the rest of "
-                        "the run.",
-                        self._where(),
-                        decision.micro_batch,
-                        math.ceil(self.samples / decision.micro_batch),
-                        accumulate,
-                    )
-
-        self.logs.replay(module.log)
-        self._report(accumulate)
+        try:
+            completed = self._attempts()
+        finally:
+            if self._own_arrivals is not None:
+                self._own_arrivals.remove()
+        if not completed:
+            return idle_training_output(self.module, self.plan, self.batch_idx)
+        self.logs.replay(self.module.log)
+        if state.train_recoveries:
+            self._report()
         return self._lightning_output()
+
+    def _learned(self) -> int | None:
+        return self.state.train_micro_batch
+
+    def _remember(self, micro_batch: int) -> None:
+        self.state.train_recoveries += 1
+        self.state.train_micro_batch = micro_batch
+
+    def _zero_grad(self) -> None:
+        module, trainer = self.module, self.trainer
+        skip, self.state.skip_zero_grad = self.state.skip_zero_grad, False
+        module.optimizer_zero_grad(trainer.current_epoch, self.batch_idx, trainer.optimizers[0])
+        self.state.skip_zero_grad = skip
 
     def _micro_batch(
         self, start: int, stop: int, done: dict[int, torch.nn.Parameter]
     ) -> _MicroResult:
-        module = self.module
         size = stop - start
         self._check_fault(size)
+        self._watching = self._gradients_to_keep
+        if self._watching:
+            self._watch_arrivals()
         micro = self._slice(start, stop)
-        with self.logs.capture(module, size), GradArrivals.frozen(done.values()):
-            output = self.step(module, micro, self.batch_idx, *self.extra)
-            loss, extras = _loss_and_extras(output)
-            terms = extras.pop(LOSS_TERMS, None)
-            if loss is None:
-                return _MicroResult(None, None)
-            share = loss if micro is self.batch else self._share_of_batch_loss(loss, terms, micro)
-            # Lightning divides the returned loss by accumulate_grad_batches before its own
-            # backward pass; this one must do the same.
-            scaled = share / self.trainer.accumulate_grad_batches
-            if scaled.requires_grad:
-                scaler = getattr(self.trainer.precision_plugin, "scaler", None)
-                if scaler is not None:
-                    scaled = scaler.scale(scaled)
+        if done:
+            with GradArrivals.frozen(done.values()):
+                return self._forward_backward(micro)
+        return self._forward_backward(micro)
+
+    def _watch_arrivals(self) -> None:
+        if self._arrivals is None:
+            self._own_arrivals = GradArrivals(self.plan.trainable)
+            self._own_arrivals.install()
+            self._arrivals = self._own_arrivals
+        self._arrivals.reset()
+
+    def _forward_backward(self, micro: Any) -> _MicroResult:
+        module = self.module
+        output = self.step(module, micro, self.batch_idx, *self.extra)
+        loss, extras = _loss_and_extras(output)
+        terms = extras.pop(LOSS_TERMS, None)
+        if loss is None:
+            return _MicroResult(None, None)
+        share = loss if micro is self.batch else self._share_of_batch_loss(loss, terms, micro)
+        # Lightning divides the returned loss by accumulate_grad_batches before its own
+        # backward pass; this one must do the same.
+        scaled = share / self._accumulate if self._accumulate > 1 else share
+        if scaled.requires_grad:
+            scaler = getattr(self.trainer.precision_plugin, "scaler", None)
+            if scaler is not None:
+                scaled = scaler.scale(scaled)
+            if self.plan.autocast:
                 # Backward passes run outside autocast, as in Lightning's own loop.
                 with torch.autocast(module.device.type, enabled=False):
                     module.backward(scaled)
-            return _MicroResult(share.detach(), _detached(extras))
+            else:
+                module.backward(scaled)
+            self._gradients_to_keep = True
+        return _MicroResult(share.detach(), _detached(extras) if extras else None)
+
+    def _interrupted(self, segment: _Segment) -> dict[int, torch.nn.Parameter]:
+        if self._watching:
+            return {**segment.done, **self._arrivals.arrived()}
+        # Nothing was accumulated before this micro-batch: drop whatever its interrupted
+        # backward pass added and redo it all.
+        self._zero_grad()
+        return {}
 
     def _share_of_batch_loss(
         self, loss: torch.Tensor, terms: Mapping[str, torch.Tensor] | None, micro: Any
@@ -321,17 +374,24 @@ class TrainingStepRunner(_StepRunner):
             )
         return sum(terms[name] * _share(weight[name], whole[name], loss) for name in weight)
 
+    def _say_split(self, micro_batch: int) -> None:
+        self._say(
+            "Out of memory in the %s: redoing its unfinished samples in micro-batches "
+            "of %d with gradient accumulation (%d per batch x accumulate_grad_batches "
+            "%d; same effective batch) and keeping that micro-batch for the rest of "
+            "the run.",
+            self._where(),
+            micro_batch,
+            math.ceil(self.samples / micro_batch),
+            self._accumulate,
+        )
+
     def _last_resort(self, micro_batch: int) -> None:
         """Save a checkpoint and continue from it: the optimizer state is dropped from the
         device and loaded back from the file into freshly emptied memory."""
-        module, trainer, state = self.module, self.trainer, self.module.oom_state
-        checkpoint_callback = trainer.checkpoint_callback
-        folder = getattr(checkpoint_callback, "dirpath", None) or (
-            Path(trainer.default_root_dir) / "checkpoints"
-        )
-        path = Path(folder) / LAST_RESORT_CHECKPOINT
-        # Every process calls it, the strategy writes once; the optimizer state must be in it.
-        trainer.save_checkpoint(path, weights_only=False)
+        module, trainer, state = self.module, self.trainer, self.state
+        path = _last_resort_path(trainer)
+        _save_checkpoint_here(trainer, path)
         for optimizer in trainer.optimizers:
             optimizer.state.clear()
         release_memory(module.device)
@@ -344,7 +404,7 @@ class TrainingStepRunner(_StepRunner):
         state.last_resorts += 1
         state.last_resort_checkpoint = str(path)
         per_batch = math.ceil(self.samples / micro_batch)
-        accumulate = trainer.accumulate_grad_batches * per_batch
+        accumulate = self._accumulate * per_batch
         self._say(
             "Out of memory again in the %s: last resort taken. Saved %s, reloaded the optimizer "
             "state from it into emptied memory, and continuing with half the micro-batch (%d) "
@@ -360,15 +420,14 @@ class TrainingStepRunner(_StepRunner):
             accumulate,
         )
 
-    def _report(self, accumulate: int) -> None:
-        state = self.module.oom_state
-        if not state.train_recoveries:
-            return
+    def _report(self) -> None:
+        state = self.state
         micro_batch = state.train_micro_batch or self.samples
+        accumulation = math.ceil(self.samples / micro_batch) * self._accumulate
         metrics = {
             "oom/train_recoveries": (state.train_recoveries, "max"),
             "oom/train_micro_batch": (micro_batch, "min"),
-            "oom/train_accumulation": (math.ceil(self.samples / micro_batch) * accumulate, "max"),
+            "oom/train_accumulation": (accumulation, "max"),
             "oom/last_resorts": (state.last_resorts, "max"),
         }
         for name, (value, reduce_fx) in metrics.items():
@@ -385,19 +444,33 @@ class TrainingStepRunner(_StepRunner):
         losses = [r.loss for r in self.results if r.loss is not None]
         if not losses:
             return None
-        state = self.module.oom_state
-        state.backward_done = True
-        value = torch.stack(losses).sum()
-        strategy = self.trainer.strategy
-        if isinstance(strategy, DDPStrategy) and self.trainer.world_size > 1:
-            # DDP all-reduces gradients from hooks that fire during the backward pass of the
-            # returned loss. A zero-valued sum over every parameter fires them all, and the
-            # gradients accumulated above are what gets reduced. Its gradient is an expanded
-            # zero, so it allocates nothing.
-            touch = sum(p.sum() for p in self.module.parameters() if p.requires_grad)
-            value = value + touch * 0.0
+        self.state.backward_done = True
+        value = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
+        value = _with_gradient_sync(value, self.plan)
         extras = next((r.output for r in reversed(self.results) if r.output), None)
         return {"loss": value, **extras} if extras else value
+
+
+def idle_training_output(module: OOMResilientModule, plan: GuardPlan, batch_idx: int) -> Any:
+    """The output of a training step that does no work (its process gave up and waits for the
+    others, see :mod:`vramkit.core.oom.give_up`): zero gradients, a zero loss, and under DDP
+    the gradient all-reduce the other processes start."""
+    state = module.oom_state
+    trainer = module.trainer
+    skip, state.skip_zero_grad = state.skip_zero_grad, False
+    module.optimizer_zero_grad(trainer.current_epoch, batch_idx, trainer.optimizers[0])
+    state.skip_zero_grad = skip
+    state.backward_done = True
+    return _with_gradient_sync(torch.zeros((), device=module.device), plan)
+
+
+def _with_gradient_sync(value: torch.Tensor, plan: GuardPlan) -> torch.Tensor:
+    """``value`` with, when DDP all-reduces gradients after this step, the zero that starts it
+    (the step's gradients were accumulated inside DDP's forward, where the reducer ignores
+    them). Between the batches of an accumulation window Lightning turns the sync off."""
+    if plan.ddp is not None and plan.ddp.require_backward_grad_sync:
+        return value + touch_every_parameter(plan.trainable)
+    return value
 
 
 class ValidationStepRunner(_StepRunner):
@@ -406,45 +479,59 @@ class ValidationStepRunner(_StepRunner):
     phase = "val"
 
     def run(self) -> Any:
-        module, state = self.module, self.module.oom_state
-        segments = [_Segment(0, self.samples)]
-        failures = 0
-        while True:
-            micro_batch = state.val_micro_batch or self.samples
-            segments = self._attempt(segments, micro_batch, None)
-            decision = self._decide(bool(segments), micro_batch, failures)
-            if decision.action is Action.DONE:
-                break
-            failures += 1
-            release_memory(module.device)
-            if decision.action is Action.GIVE_UP:
-                self._give_up(micro_batch)
-            state.val_recoveries += 1
-            state.val_micro_batch = decision.micro_batch
-            self._say(
-                "Out of memory in the %s: running it in micro-batches of %d (the same metrics) "
-                "and keeping that validation micro-batch for the rest of the run.",
-                self._where(),
-                decision.micro_batch,
-            )
-        self.logs.replay(module.log)
+        state = self.state
+        if not self._attempts():
+            return None
+        self.logs.replay(self.module.log)
         if state.val_recoveries:
             for name, value, reduce_fx in (
                 ("oom/val_recoveries", state.val_recoveries, "max"),
                 ("oom/val_micro_batch", state.val_micro_batch or self.samples, "min"),
             ):
-                module.log(name, float(value), reduce_fx=reduce_fx, batch_size=self.samples)
+                self.module.log(name, float(value), reduce_fx=reduce_fx, batch_size=self.samples)
         # Lightning keeps no validation outputs; callbacks see the last micro-batch's.
         return self.results[-1].output if self.results else None
+
+    def _learned(self) -> int | None:
+        return self.state.val_micro_batch
+
+    def _remember(self, micro_batch: int) -> None:
+        self.state.val_recoveries += 1
+        self.state.val_micro_batch = micro_batch
 
     def _micro_batch(
         self, start: int, stop: int, done: dict[int, torch.nn.Parameter]
     ) -> _MicroResult:
-        size = stop - start
-        self._check_fault(size)
-        with self.logs.capture(self.module, size):
-            output = self.step(self.module, self._slice(start, stop), self.batch_idx, *self.extra)
+        self._check_fault(stop - start)
+        output = self.step(self.module, self._slice(start, stop), self.batch_idx, *self.extra)
         return _MicroResult(None, output)
+
+    def _say_split(self, micro_batch: int) -> None:
+        self._say(
+            "Out of memory in the %s: running it in micro-batches of %d (the same metrics) "
+            "and keeping that validation micro-batch for the rest of the run.",
+            self._where(),
+            micro_batch,
+        )
+
+
+def _last_resort_path(trainer: L.Trainer) -> Path:
+    folder = getattr(trainer.checkpoint_callback, "dirpath", None) or (
+        Path(trainer.default_root_dir) / "checkpoints"
+    )
+    name = LAST_RESORT_CHECKPOINT
+    if trainer.global_rank:
+        # Each process takes its last resort alone; DDP replicas hold the same state.
+        name = name.replace(".ckpt", f".rank{trainer.global_rank}.ckpt")
+    return Path(folder) / name
+
+
+def _save_checkpoint_here(trainer: L.Trainer, path: Path) -> None:
+    """What ``Trainer.save_checkpoint`` writes (optimizer state included), written by this
+    process alone: ``save_checkpoint`` also waits at a barrier for every process, which a
+    process recovering alone would never leave."""
+    checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+    trainer.strategy.checkpoint_io.save_checkpoint(checkpoint, path)
 
 
 def _loss_and_extras(output: Any) -> tuple[torch.Tensor | None, dict[str, Any]]:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,42 +21,42 @@ _MIN = {"min", torch.min}
 class _Call:
     name: str
     value: Any
-    options: dict[str, Any]  # every other argument of LightningModule.log, by keyword
+    args: tuple[Any, ...]  # LightningModule.log's further arguments, as the call gave them
+    kwargs: dict[str, Any]
     samples: int  # samples of the micro-batch that made the call
+
+    def options(self) -> dict[str, Any]:
+        """Every argument of ``LightningModule.log`` but the name and the value, by keyword."""
+        bound = _LOG_SIGNATURE.bind(None, self.name, self.value, *self.args, **self.kwargs)
+        return {k: v for k, v in bound.arguments.items() if k not in ("self", "name", "value")}
 
 
 class LogBuffer:
     """Records the ``self.log`` calls of a module's micro-batches and replays them merged.
 
-    A micro-batch's calls are kept only when it completes (:meth:`commit`); an attempt that
+    A guarded module routes its ``log`` calls to :meth:`record` while a micro-batch runs. A
+    micro-batch's calls are kept only when it completes (:meth:`commit`); an attempt that
     ran out of memory is dropped (:meth:`drop`), so a redone micro-batch is never counted
     twice. :meth:`replay` logs each name once with the value the whole batch would have
     logged: the sample-weighted mean for ``reduce_fx="mean"`` (weights are the calls'
     ``batch_size``, else the micro-batch sizes), the sum, max or min for those reductions.
-    Values of other kinds (torchmetrics objects) or other reductions are replayed call by call.
+    Values of other kinds (torchmetrics objects) or other reductions are replayed call by call,
+    and so is a name logged once, with the arguments it was given (nothing is bound or merged
+    on a step that ran as one micro-batch).
     """
 
     def __init__(self) -> None:
         self._committed: list[_Call] = []
         self._pending: list[_Call] = []
+        self._samples = 0
 
-    @contextmanager
-    def capture(self, module: L.LightningModule, samples: int) -> Iterator[None]:
-        """While active, ``module.log`` (and ``log_dict``) calls are recorded, not logged."""
+    def start(self, samples: int) -> None:
+        """A micro-batch of ``samples`` samples starts: its calls are recorded from now on."""
+        self._samples = samples
 
-        def record(*args: Any, **kwargs: Any) -> None:
-            bound = _LOG_SIGNATURE.bind(module, *args, **kwargs)
-            arguments = dict(bound.arguments)
-            del arguments["self"]
-            name, value = arguments.pop("name"), arguments.pop("value")
-            self._pending.append(_Call(name, value, arguments, samples))
-
-        # An instance attribute shadows the method for this module only.
-        module.log = record
-        try:
-            yield
-        finally:
-            del module.log
+    def record(self, name: str, value: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Hold back one ``log(name, value, *args, **kwargs)`` call of the running micro-batch."""
+        self._pending.append(_Call(name, value, args, kwargs, self._samples))
 
     def commit(self) -> None:
         """Keep the calls of the micro-batch that just completed."""
@@ -78,7 +77,7 @@ class LogBuffer:
             merged = _merge(calls) if len(calls) > 1 else None
             if merged is None:
                 for call in calls:
-                    log(call.name, call.value, **call.options)
+                    log(call.name, call.value, *call.args, **call.kwargs)
                 continue
             value, options = merged
             log(name, value, **options)
@@ -87,11 +86,12 @@ class LogBuffer:
 def _merge(calls: list[_Call]) -> tuple[Any, dict[str, Any]] | None:
     if not all(isinstance(call.value, (torch.Tensor, int, float)) for call in calls):
         return None
-    reduce_fx = calls[0].options.get("reduce_fx", "mean")
+    options = [call.options() for call in calls]
+    reduce_fx = options[0].get("reduce_fx", "mean")
     if isinstance(reduce_fx, str):
         reduce_fx = reduce_fx.lower()
     values = [call.value for call in calls]
-    weights = [call.options.get("batch_size") or call.samples for call in calls]
+    weights = [o.get("batch_size") or call.samples for o, call in zip(options, calls, strict=True)]
     if reduce_fx in _MEAN:
         value = sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
     elif reduce_fx in _SUM:
@@ -102,10 +102,10 @@ def _merge(calls: list[_Call]) -> tuple[Any, dict[str, Any]] | None:
         value = _extreme(values, torch.minimum, min)
     else:
         return None
-    options = dict(calls[0].options)
-    if "batch_size" in options:
-        options["batch_size"] = sum(weights)
-    return value, options
+    merged = dict(options[0])
+    if "batch_size" in merged:
+        merged["batch_size"] = sum(weights)
+    return value, merged
 
 
 def _extreme(values: list[Any], tensor_op: Callable, number_op: Callable) -> Any:

@@ -1,16 +1,14 @@
-"""What to do after an out-of-memory error, decided the same way on every process."""
+"""What a process does after an out-of-memory error in a guarded step."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from dataclasses import dataclass
 
 
 class Action(enum.Enum):
-    """The next move of a guarded step after an attempt."""
+    """The next move of a guarded step after a failed attempt."""
 
-    DONE = "done"  # no process ran out of memory: the step is complete
     SPLIT = "split"  # redo the unfinished samples in smaller micro-batches
     LAST_RESORT = "last_resort"  # checkpoint, reload the optimizer state from it, then SPLIT
     GIVE_UP = "give_up"  # one sample per micro-batch still does not fit
@@ -29,26 +27,19 @@ def halve(micro_batch: int) -> int:
     return max(1, (micro_batch + 1) // 2)
 
 
-def decide(
-    failed_here: bool,
-    micro_batch: int,
-    failures_so_far: int,
-    any_process: Callable[[bool], bool],
-    *,
-    last_resort: bool = True,
-) -> Decision:
-    """Agree on the next move after one attempt of a step.
+def decide(micro_batch: int, failures_so_far: int, *, last_resort: bool = True) -> Decision:
+    """The next move of a step whose attempt with ``micro_batch`` samples per micro-batch ran
+    out of memory on this process.
 
-    ``failed_here`` says whether this process ran out of memory; ``any_process`` all-reduces
-    that flag over the processes of the run (a logical OR; the identity with one process), so
-    every process takes the same decision from the same inputs and no collective is left
-    waiting. ``micro_batch`` (samples) and ``failures_so_far`` (earlier failed attempts of
-    this step) are the same on every process because they only ever change through this
-    function. The first failure of a step halves the micro-batch; a later one of the same
-    step is the last resort when ``last_resort`` is set (training), and halves as well.
+    ``failures_so_far`` counts the earlier failed attempts of the same step. The first failure
+    halves the micro-batch; a later one is the last resort when ``last_resort`` is set
+    (training), and halves as well; one sample that does not fit is the end.
+
+    Every process decides alone: a split or a last resort changes nothing another process
+    waits for (a guarded step's micro-batches run without collectives, and the gradients are
+    all-reduced once, after the step), so processes may run different micro-batch sizes.
+    Only giving up concerns them all; see :mod:`vramkit.core.oom.give_up`.
     """
-    if not any_process(failed_here):
-        return Decision(Action.DONE, micro_batch)
     if micro_batch <= 1:
         return Decision(Action.GIVE_UP, micro_batch)
     action = Action.LAST_RESORT if last_resort and failures_so_far >= 1 else Action.SPLIT

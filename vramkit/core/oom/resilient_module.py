@@ -18,10 +18,20 @@ answered without losing the batch:
   is cut into micro-batches of the size that fitted. The dataloader keeps its batch size, so
   the run's configuration and sample order do not change.
 
-Under DDP every process all-reduces its "out of memory" flag after each attempt and all take
-the same decision. ``self.log`` calls of the micro-batches are merged into the values the
-whole batch would log. A validation step must change the module's state only after its
-device work (DBNet's appends its counts after prediction), so a redone micro-batch counts once.
+A step that runs whole costs nothing beyond the module's own work: no hook, no walk over the
+parameters, no extra tensor operation, no collective (what can be decided once is decided at
+the epoch's first step, see :mod:`vramkit.core.oom.guard_plan`). Under DDP each process
+recovers alone (its micro-batches run no collective; the gradients are all-reduced once, after
+the step), and a process that cannot fit one sample waits, without work, for the end of the
+epoch, where all stop together (:mod:`vramkit.core.oom.give_up`). ``self.log`` calls of the
+micro-batches are merged into the values the whole batch would log. A validation step must
+change the module's state only after its device work (DBNet's appends its counts after
+prediction), so a redone micro-batch counts once.
+
+With gradient accumulation (``accumulate_grad_batches`` > 1), or once a step has been split,
+gradient-arrival hooks watch the parameters (one Python call per parameter per backward
+pass): an interrupted backward pass must not spoil gradients that earlier batches or
+micro-batches accumulated.
 """
 
 from __future__ import annotations
@@ -34,12 +44,14 @@ from typing import Any
 import lightning as L
 
 from vramkit.core.data.batches import batch_size_of
+from vramkit.core.oom.give_up import stop_together
+from vramkit.core.oom.guard_plan import GuardPlan
 from vramkit.core.oom.guarded_steps import (
     LossWeight,
     OOMRecoveryState,
     TrainingStepRunner,
     ValidationStepRunner,
-    training_guard_applies,
+    idle_training_output,
     without_loss_terms,
 )
 
@@ -52,19 +64,26 @@ def _guard_training_step(step: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(step)
     def training_step(self: OOMResilientModule, batch: Any, batch_idx: int, *extra: Any) -> Any:
         state = self.oom_state
-        samples = batch_size_of(batch)
         if state.depth:
             # A subclass's step calling super(): the guard around the outer call runs it.
             return step(self, batch, batch_idx, *extra)
-        if samples is None:
+        plan = state.plan
+        if plan is None or not plan.holds_for(self):
+            if self._trainer is None:  # a trace of the step (the planner), not a fit
+                self._unguarded("no Trainer is attached")
+                return without_loss_terms(step(self, batch, batch_idx, *extra))
+            plan = self._plan_epoch()
+        if plan.unguarded_reason is not None:
+            self._unguarded(plan.unguarded_reason)
             return without_loss_terms(step(self, batch, batch_idx, *extra))
-        reason = training_guard_applies(self)
-        if reason is not None:
-            self._unguarded(reason)
+        if state.gave_up is not None:
+            return idle_training_output(self, plan, batch_idx)
+        samples = batch_size_of(batch)
+        if samples is None:
             return without_loss_terms(step(self, batch, batch_idx, *extra))
         state.depth += 1
         try:
-            return TrainingStepRunner(self, step, batch, samples, batch_idx, extra).run()
+            return TrainingStepRunner(self, plan, step, batch, samples, batch_idx, extra).run()
         finally:
             state.depth -= 1
 
@@ -76,6 +95,8 @@ def _guard_validation_step(step: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(step)
     def validation_step(self: OOMResilientModule, batch: Any, batch_idx: int, *extra: Any) -> Any:
         state = self.oom_state
+        if state.gave_up is not None:
+            return None  # this process waits for the others to stop with it
         samples = batch_size_of(batch)
         if state.depth or samples is None or self._trainer is None:
             return step(self, batch, batch_idx, *extra)
@@ -123,11 +144,45 @@ def _guard_zero_grad(zero_grad: Callable[..., Any]) -> Callable[..., Any]:
     return optimizer_zero_grad
 
 
+def _guard_epoch_end(hook: Callable[..., Any], *, ends_training_epoch: bool) -> Callable[..., Any]:
+    """Before the module's own epoch-end hook: stop every process together if one gave up
+    (one collective per epoch, which every process reaches); after a training epoch, also
+    remove what the epoch's plan installed."""
+
+    @functools.wraps(hook)
+    def epoch_end(self: OOMResilientModule, *args: Any, **kwargs: Any) -> Any:
+        state = self.oom_state
+        if state.depth:  # a subclass's hook calling super(): done around the outer call
+            return hook(self, *args, **kwargs)
+        if ends_training_epoch and state.plan is not None:
+            state.plan.release()
+            state.plan = None
+        stop_together(self)
+        state.depth += 1
+        try:
+            return hook(self, *args, **kwargs)
+        finally:
+            state.depth -= 1
+
+    setattr(epoch_end, _GUARDED, True)
+    return epoch_end
+
+
+def _guard_train_epoch_end(hook: Callable[..., Any]) -> Callable[..., Any]:
+    return _guard_epoch_end(hook, ends_training_epoch=True)
+
+
+def _guard_validation_epoch_end(hook: Callable[..., Any]) -> Callable[..., Any]:
+    return _guard_epoch_end(hook, ends_training_epoch=False)
+
+
 _GUARDS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     "training_step": _guard_training_step,
     "validation_step": _guard_validation_step,
     "backward": _guard_backward,
     "optimizer_zero_grad": _guard_zero_grad,
+    "on_train_epoch_end": _guard_train_epoch_end,
+    "on_validation_epoch_end": _guard_validation_epoch_end,
 }
 
 
@@ -180,8 +235,26 @@ class OOMResilientModule(L.LightningModule):
                 raise ValueError(f"fault.oom_{phase}_above must be an integer >= 1, got {limit!r}")
         self.oom_state.fault_above.update(limits)
 
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """``LightningModule.log``; inside a guarded step the call is held back until the
+        step's micro-batches are done, then logged once for the whole batch."""
+        buffer = self.oom_state.log_buffer
+        if buffer is None:
+            super().log(name, value, *args, **kwargs)
+        else:
+            buffer.record(name, value, args, kwargs)
+
     backward = _guard_backward(L.LightningModule.backward)
     optimizer_zero_grad = _guard_zero_grad(L.LightningModule.optimizer_zero_grad)
+    on_train_epoch_end = _guard_train_epoch_end(L.LightningModule.on_train_epoch_end)
+    on_validation_epoch_end = _guard_validation_epoch_end(L.LightningModule.on_validation_epoch_end)
+
+    def _plan_epoch(self) -> GuardPlan:
+        state = self.oom_state
+        if state.plan is not None:
+            state.plan.release()
+        state.plan = GuardPlan.for_epoch(self)
+        return state.plan
 
     def _unguarded(self, reason: str) -> None:
         if not self._unguarded_reason_logged:

@@ -9,6 +9,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from vramkit.core.callbacks.working_set import keep_working_callbacks
 from vramkit.core.config.added_keys import check_added_keys
 from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.core.config.source import command_line_overrides
@@ -44,6 +45,8 @@ def train(cfg: DictConfig) -> float | None:
     callbacks = instantiate_group(cfg.get("callbacks"))
     loggers = instantiate_group(cfg.get("logger"))
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    # callbacks with nothing to do in this run would cost every step
+    keep_working_callbacks(trainer, datamodule)
     try:
         log_config(trainer, cfg)
         if cfg.get("train", True):

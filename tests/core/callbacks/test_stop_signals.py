@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from vramkit.core.run.stop_signals import RunStopped, StopSignals, parse_signals
+from vramkit.core.callbacks.stop_signals import RunStopped, StopSignals, parse_signals
 
 
 @pytest.fixture

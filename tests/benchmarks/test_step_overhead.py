@@ -1,0 +1,45 @@
+"""The per-step overhead benchmark: its step times, its summary line, and a tiny real run."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import run_all, step_overhead
+
+
+def test_step_times_leave_the_warm_up_out():
+    warm_up = [0.1 * i for i in range(step_overhead.WARMUP_STEPS)]  # 100 ms steps
+    start = warm_up[-1] + 0.1
+    marks = [*warm_up, start, start + 0.002, start + 0.005]  # then 2 ms and 3 ms
+    assert step_overhead.step_intervals_us(marks) == pytest.approx([2000.0, 3000.0])
+    assert step_overhead.per_step_us(marks) == pytest.approx(2500.0)
+    with pytest.raises(ValueError, match="warm-up"):
+        step_overhead.per_step_us(warm_up)
+
+
+def test_summary_line_shows_both_targets():
+    results = {
+        "vramkit_minus_lightning_us": 140.0,
+        "guard_us_per_param_tensor": 0.02,
+        "target_vramkit_minus_lightning_us": 100.0,
+        "target_guard_us_per_param_tensor": 0.1,
+        "targets_met": False,
+    }
+    value, target, met = run_all._headline("step_overhead", results)
+    assert "+140.0 us/step" in value and "0.02 us per parameter tensor" in value
+    assert target == "<= 100 us / 0.1 us" and not met
+
+
+@pytest.mark.slow
+def test_a_tiny_run_measures_every_side_and_checks_the_targets():
+    steps = step_overhead.WARMUP_STEPS + 12
+    numbers = step_overhead.run(rounds=2, steps=steps)
+    assert set(numbers["step_us"]) == {"plain", "lightning", "vramkit"}
+    assert all(numbers["step_us"][side]["min"] > 0 for side in numbers["step_us"])
+    assert set(numbers["guard_us"]) == {"4", "100", "600"}
+    assert all(len(values) == 2 for values in numbers["all_rounds"].values())
+    met = (
+        numbers["vramkit_minus_lightning_us"] <= numbers["target_vramkit_minus_lightning_us"]
+        and numbers["guard_us_per_param_tensor"] <= numbers["target_guard_us_per_param_tensor"]
+    )
+    assert numbers["targets_met"] is met
