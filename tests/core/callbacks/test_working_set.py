@@ -10,6 +10,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from omegaconf import OmegaConf
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -22,6 +23,7 @@ from vramkit.core.callbacks.working_set import keep_working_callbacks, skip_idle
 from vramkit.core.config.instantiate import instantiate_group
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO
 from vramkit.core.oom.resilient_module import OOMResilientModule
+from vramkit.core.run.compose import CONF_DIR
 
 BATCH = 8
 
@@ -86,7 +88,8 @@ def test_every_default_callback_runs_a_module_with_list_batches(compose_config, 
     # a fault and a time limit give the two optional callbacks work too
     cfg = compose_config("+hw=cpu", "+fault.oom_train_above=4", "optimized_metric=val/loss")
     callbacks = instantiate_group(cfg.callbacks)
-    assert len(callbacks) == len(cfg.callbacks) == 11
+    defaults = OmegaConf.load(CONF_DIR / "callbacks" / "default.yaml").defaults
+    assert len(callbacks) == len(cfg.callbacks) == len([d for d in defaults if d != "_self_"])
     trainer = _trainer(tmp_path, callbacks, max_time={"minutes": 10})
     data = _ListData()
     assert keep_working_callbacks(trainer, data) == []

@@ -84,6 +84,8 @@ def idle_batch_hooks(callback: L.Callback) -> list[str]:
     ]
     if (
         isinstance(callback, ModelCheckpoint)
+        # A subclass with its own batch hook (ResumeCheckpoint's step checkpoints) keeps it.
+        and type(callback).on_train_batch_end is ModelCheckpoint.on_train_batch_end
         and callback._every_n_train_steps < 1
         and callback._train_time_interval is None
     ):
