@@ -37,6 +37,9 @@ class Remedy:
     val: PhasePlan
     fits: bool
     """Both phases stay within the budget."""
+    needs_consent: str = ""
+    """The `hw.fit_allow` entry a user must give before this remedy is applied for them ("lora"
+    when it changes what is trained); "" when it trains the same weights."""
 
     @property
     def how(self) -> str:
@@ -58,6 +61,8 @@ class Change:
     """What else it needs (a package, a code change); "" when nothing."""
     changes: dict
     """`RunSetup` fields it changes."""
+    needs_consent: str = ""
+    """The `hw.fit_allow` entry it needs ("" when it trains the same weights)."""
 
     def apply(self, setup: RunSetup) -> RunSetup:
         """`setup` with this change."""
@@ -127,11 +132,13 @@ def combined(first: Change, second: Change) -> Change | None:
     if overlap:
         return None  # both decide the optimizer or the precision
     notes = "; ".join(note for note in (first.note, second.note) if note)
+    consent = ",".join(entry for entry in (first.needs_consent, second.needs_consent) if entry)
     return Change(
         f"{first.name} + {second.name}",
         first.overrides + second.overrides,
         notes,
         {**first.changes, **second.changes},
+        consent,
     )
 
 
@@ -177,7 +184,15 @@ def _plan_change(
     except PlanningError:
         return None  # the change does not apply to this model (e.g. no blocks to checkpoint)
     fits = train.peak <= budget_bytes and val.peak <= budget_bytes
-    return Remedy(change.name, change.overrides + val_override, change.note, train, val, fits)
+    return Remedy(
+        change.name,
+        change.overrides + val_override,
+        change.note,
+        train,
+        val,
+        fits,
+        change.needs_consent,
+    )
 
 
 def _micro_batch_remedy(
