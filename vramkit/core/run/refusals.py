@@ -18,9 +18,10 @@ from hydra.types import RunMode
 
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.hardware.device_check import HardwareMismatchError
+from vramkit.core.io.disk_space import DiskFullError
 
-REFUSALS = (ConfigError, HardwareMismatchError)
-"""Errors whose message is the whole story."""
+REFUSALS = (ConfigError, HardwareMismatchError, DiskFullError)
+"""Errors whose message is the whole story (a full disk names its folder, free and needed bytes)."""
 EXIT_REFUSED = 2
 """The exit status of a refused run (as argparse uses for usage errors)."""
 
