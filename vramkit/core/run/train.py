@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from vramkit.core.callbacks.working_set import keep_working_callbacks
 from vramkit.core.config.added_keys import check_added_keys
 from vramkit.core.config.instantiate import instantiate, instantiate_group
+from vramkit.core.config.monitored_metrics import check_monitored_metrics
 from vramkit.core.config.source import command_line_overrides
 from vramkit.core.config.trainer_schema import check_trainer
 from vramkit.core.hardware.profile import describe_profile
@@ -33,6 +34,7 @@ def train(cfg: DictConfig) -> float | None:
     # honour must stop the run before any planning, data or model work.
     check_trainer(cfg.trainer)
     check_added_keys(cfg, command_line_overrides(), conf_dir=Path(cfg.paths.conf_dir))
+    check_monitored_metrics(cfg)
     profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir))
     log.info("Hardware profile\n%s", describe_profile(profile))
     _record_config(cfg, Path(cfg.paths.output_dir))
