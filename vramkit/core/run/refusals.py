@@ -18,8 +18,9 @@ from hydra.types import RunMode
 
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.hardware.device_check import HardwareMismatchError
+from vramkit.core.planner.errors import DoesNotFitError
 
-REFUSALS = (ConfigError, HardwareMismatchError)
+REFUSALS = (ConfigError, HardwareMismatchError, DoesNotFitError)
 """Errors whose message is the whole story."""
 EXIT_REFUSED = 2
 """The exit status of a refused run (as argparse uses for usage errors)."""
