@@ -55,4 +55,4 @@ def _recompose(cfg: DictConfig, overrides: Sequence[str]) -> None:
         for key in [key for key in cfg if key not in fresh]:
             del cfg[key]
         for key in fresh:
-            cfg[key] = fresh[key]
+            cfg[key] = fresh._get_node(key)  # the node, not its value: interpolations stay

@@ -130,7 +130,7 @@ def fit_to_budget(
     echo(f"automatic fit (hw.fit=auto) applies: {line} ({why})")
     # `+hw.key=…` adds a key Hydra's config lacks; here detection has written `cfg.hw` already,
     # where the same value changes the key (the detected profile with the key on top either way).
-    untyped = [o[1:] if o.startswith("+hw.") else o for o in chosen.overrides]
+    untyped = [o.lstrip("+") if o.lstrip("+").startswith("hw.") else o for o in chosen.overrides]
     append_overrides(cfg, untyped, conf_dir=conf_dir)
     return FitOutcome(plan, decision, applied=True)
 

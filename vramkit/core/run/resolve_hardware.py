@@ -173,11 +173,13 @@ def _fit(
 
 
 def _typed_override(plus_hw: bool) -> Callable[[str], str]:
-    """Overrides as the user appends them: `+hw.key=…` when no `+hw=` profile was given."""
+    """Overrides as the user appends them: `+hw.key=…` when no `+hw=` profile was given, and
+    `++hw.key=…` when the command adds that key already (Hydra refuses to add a key twice)."""
+    given = {override_key(o) for o in command_line_overrides()}
 
     def typed(override: str) -> str:
         if plus_hw and override.startswith("hw."):
-            return f"+{override}"
+            return ("++" if override_key(override) in given else "+") + override
         return override
 
     return typed
