@@ -49,7 +49,8 @@ class FitOutcome:
         """The contents of `fit_decision.json`; None when the run fits."""
         if self.decision is None:
             return None
-        return {**self.decision.as_json(), "applied": self.applied}
+        planner = self.plan.planner
+        return {**self.decision.as_json(), "applied": self.applied, "traces": planner.traces}
 
 
 def plannable(cfg: DictConfig) -> bool:
