@@ -121,7 +121,7 @@ def test_off_refuses_with_the_remedies_listed(formula):
     message = str(refused.value)
     assert "hw.fit=off" in message
     assert "model.gradient_checkpointing=true" in message
-    assert "fits  8-bit AdamW + bf16-true" in message or "fits" in message
+    assert "fits  bf16-true: 14.00 / 9.50  hw.precision=bf16-true" in message
     assert cfg == run_config()
 
 
