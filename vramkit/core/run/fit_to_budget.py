@@ -53,13 +53,6 @@ class FitOutcome:
         return {**self.decision.as_json(), "applied": self.applied, "traces": planner.traces}
 
 
-def plannable(cfg: DictConfig) -> bool:
-    """The config has a model and a datamodule to build (each with a `_target_`)."""
-    return all(
-        isinstance(cfg.get(key), DictConfig) and "_target_" in cfg[key] for key in ("model", "data")
-    )
-
-
 def fit_to_budget(
     cfg: DictConfig,
     profile: HardwareProfile,

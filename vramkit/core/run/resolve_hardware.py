@@ -144,12 +144,17 @@ def _fit_target(
 ) -> HardwareProfile | None:
     """The GPU profile to plan the requested run on: the one the run uses, or, on a CPU
     rehearsal, the requested one; None when there is nothing to plan."""
-    from vramkit.core.run.fit_to_budget import plannable
-
     target = running if running.accelerator == "gpu" else requested
-    if target.accelerator != "gpu" or target.budget_gib is None or not plannable(cfg):
+    if target.accelerator != "gpu" or target.budget_gib is None or not _plannable(cfg):
         return None
     return target
+
+
+def _plannable(cfg: DictConfig) -> bool:
+    """The config has a model and a datamodule to build (each with a `_target_`)."""
+    return all(
+        isinstance(cfg.get(key), DictConfig) and "_target_" in cfg[key] for key in ("model", "data")
+    )
 
 
 def _fit(
@@ -268,11 +273,8 @@ def _planned_batch_sizes(
 ) -> HardwareProfile:
     """A GPU profile with its "auto" batch sizes resolved by the memory planner (from `plan`
     when the requested run was planned already)."""
-    plannable = all(
-        isinstance(cfg.get(key), DictConfig) and "_target_" in cfg[key] for key in ("model", "data")
-    )
     wants_auto = AUTO in (profile.batch_size, profile.val_batch_size)
-    if profile.accelerator != "gpu" or not wants_auto or not plannable:
+    if profile.accelerator != "gpu" or not wants_auto or not _plannable(cfg):
         return profile
     # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
     from vramkit.core.planner import DoesNotFitError, PlanningError, resolve_auto_batch_sizes
