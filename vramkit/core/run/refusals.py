@@ -20,8 +20,9 @@ from vramkit.core.callbacks.bad_input_report import NoUsableInputError
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.hardware.device_check import HardwareMismatchError
 from vramkit.core.io.disk_space import DiskFullError
+from vramkit.core.planner.errors import DoesNotFitError
 
-REFUSALS = (ConfigError, HardwareMismatchError, DiskFullError, NoUsableInputError)
+REFUSALS = (ConfigError, HardwareMismatchError, DoesNotFitError, DiskFullError, NoUsableInputError)
 """Errors whose message is the whole story (a full disk names its folder, free and needed bytes)."""
 EXIT_REFUSED = 2
 """The exit status of a refused run (as argparse uses for usage errors)."""
