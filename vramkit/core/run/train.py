@@ -21,6 +21,7 @@ from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.resolve_hardware import resolve_hardware
 from vramkit.core.run.run_folder import RUN_CONFIG, record_name
 from vramkit.core.run.run_record import RECORD_NAME, write_run_record
+from vramkit.core.run.run_summary import summary_lines
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,18 @@ def train(cfg: DictConfig) -> float | None:
         log_config(trainer, cfg)
         if cfg.get("train", True):
             trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-        return _optimized_metric(trainer, cfg.get("optimized_metric"))
+        result = _optimized_metric(trainer, cfg.get("optimized_metric"))
     finally:
         finish_wandb()
+    if cfg.get("train", True):
+        _log_summary(trainer)  # last, after the loggers' own closing output
+    return result
+
+
+@rank_zero_only
+def _log_summary(trainer: L.Trainer) -> None:
+    for line in summary_lines(trainer):
+        log.info(line)
 
 
 @rank_zero_only
