@@ -1,0 +1,423 @@
+"""The official ICDAR 2015 task 4.1 evaluation (RRC ``script.py``), its numbers, computed fast.
+
+What the script computes, per image, on the quads read by :mod:`rrc_files` (no quad is skipped:
+self-intersecting, zero-area and repeated-point quads all count, with the Polygon library's area
+and even-odd intersection, see :mod:`rrc_geometry`):
+
+- a detection is don't-care when, for some ``###`` ground truth, ``area(gt & det) / area(det)``
+  exceeds 0.5 (0 when the detection's area is 0);
+- IoU is ``inter / (area(det) + area(gt) - inter)``, 0 when that union is 0; a union below 0
+  (possible with bow-ties, whose area subtracts their lobes) gives a negative IoU;
+- ground truth in file order, detections in file order (sorted by decreasing confidence when
+  confidences are given), each care pair with IoU > 0.5 and both sides still free is matched;
+- precision, recall and hmean over all images from the summed counts; with confidences, the
+  average precision of the global list of care detections ranked by confidence.
+
+All images are matched together: pairs are generated per image, pruned by exact bounds (box
+overlap and even-odd areas cannot reach the threshold), and the survivors intersected at once.
+A decision within rounding of its threshold is taken again, one pair at a time: with the Polygon
+library itself when it is installed (``pip install vramkit[official]``; the script's own float
+expression, so the decision is the script's), else in exact rational arithmetic. The two differ
+only where the real value sits exactly on the threshold and the intersection has vertices that
+are not integers: GPC's rounding then decides (IoU 26/3 / 52/3 = 0.5 exactly comes out as
+0.5000000000000001 and matches). Such pairs are counted under ``threshold_ties``; in the seeded
+replay test on small-grid quads they changed 1 case of 400.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from vramkit.tasks.text_detection.rrc_files import (
+    GT_NAME,
+    SUBMISSION_NAME,
+    LenientNotes,
+    RrcRefusal,
+    parse_sample,
+    read_entries,
+)
+from vramkit.tasks.text_detection.rrc_geometry import (
+    even_odd_pieces,
+    exact_intersection_area,
+    pair_intersection_areas,
+    polygon_library_areas,
+)
+
+IOU_THRESHOLD = 0.5
+AREA_PRECISION_THRESHOLD = 0.5
+# Pairs generated per block: bounds the memory of the all-pairs pruning (about 100 B a pair).
+_PAIRS_PER_BLOCK = 2_000_000
+# Box bounds are exact up to float rounding; this relative slack keeps borderline pairs.
+_PRUNE_SLACK = 1e-9
+
+
+@dataclass
+class QuadSet:
+    """Quads of many images, concatenated image by image in evaluation order."""
+
+    quads: np.ndarray  # (n, 4, 2) float64, integer-valued px
+    image: np.ndarray  # (n,) int64, the image of each quad, non-decreasing
+
+    def __post_init__(self) -> None:
+        self.areas = polygon_library_areas(self.quads)
+        self.pieces = even_odd_pieces(self.quads)
+        vertices, weights = self.pieces
+        piece_areas = polygon_library_areas(vertices.reshape(-1, 4, 2)).reshape(-1, 2)
+        # Area of the even-odd region: bounds every intersection with it.
+        self.filled = np.abs((weights * piece_areas).sum(axis=1))
+        self.bounds = np.concatenate([self.quads.min(axis=1), self.quads.max(axis=1)], axis=1)
+
+
+@dataclass
+class OfficialCounts:
+    """What the script sums: per-image matches and the care counts, plus per-detection flags."""
+
+    matched: np.ndarray  # (images,) int64
+    gt_care: np.ndarray  # (images,) int64
+    det_care: np.ndarray  # (images,) int64
+    det_dont_care: np.ndarray  # (detections,) bool
+    det_matched: np.ndarray  # (detections,) bool
+    exact_decisions: int  # pairs decided one by one (within rounding of a threshold)
+    threshold_ties: int  # of those, pairs exactly on the threshold, decided by GPC's rounding
+
+
+def _same_image_pairs(
+    first_image: np.ndarray, second_image: np.ndarray, images: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Every (i, j) with ``first_image[i] == second_image[j]``, image by image, i then j order."""
+    first_start = np.searchsorted(first_image, np.arange(images + 1))
+    second_start = np.searchsorted(second_image, np.arange(images + 1))
+    first_count = np.diff(first_start)
+    second_count = np.diff(second_start)
+    per_image = first_count * second_count
+    image = 0
+    while image < images:
+        # Whole images per block, at least one.
+        cumulative = np.cumsum(per_image[image:])
+        stop = image + max(1, int(np.searchsorted(cumulative, _PAIRS_PER_BLOCK, side="right")))
+        block = np.arange(image, stop)
+        block = block[per_image[block] > 0]
+        image = stop
+        if block.size == 0:
+            continue
+        sizes = per_image[block]
+        owner = np.repeat(block, sizes)
+        local = np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        width = second_count[owner]
+        yield first_start[owner] + local // width, second_start[owner] + local % width
+
+
+def _box_overlap(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """(K,) areas (px²) of the intersections of paired boxes (K, 4)."""
+    width = np.minimum(first[:, 2], second[:, 2]) - np.maximum(first[:, 0], second[:, 0])
+    height = np.minimum(first[:, 3], second[:, 3]) - np.maximum(first[:, 1], second[:, 1])
+    return np.clip(width, 0.0, None) * np.clip(height, 0.0, None)
+
+
+def _candidates(
+    gt: QuadSet,
+    gt_rows: np.ndarray,
+    det: QuadSet,
+    det_rows: np.ndarray,
+    images: int,
+    needed,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs of ``gt_rows`` x ``det_rows`` in one image whose intersection could reach ``needed``.
+
+    ``needed(g, d)`` is the intersection (px²) the decision requires; the bound on the
+    intersection is the box overlap and the even-odd area of either side.
+    """
+    found_g, found_d = [], []
+    for g_local, d_local in _same_image_pairs(gt.image[gt_rows], det.image[det_rows], images):
+        g, d = gt_rows[g_local], det_rows[d_local]
+        bound = np.minimum(
+            _box_overlap(gt.bounds[g], det.bounds[d]), np.minimum(gt.filled[g], det.filled[d])
+        )
+        need = needed(g, d)
+        keep = (need > 0) & (bound >= need * (1.0 - _PRUNE_SLACK))
+        found_g.append(g[keep])
+        found_d.append(d[keep])
+    if not found_g:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(found_g), np.concatenate(found_d)
+
+
+def polygon_library():
+    """The Polygon library (Polygon3) if installed, else None: the script's own geometry."""
+    try:
+        import Polygon
+    except ImportError:
+        return None
+    return Polygon
+
+
+class _Unsure:
+    """Decides pairs within rounding of a threshold, as the script's float expressions do."""
+
+    def __init__(self, tie_breaker: str) -> None:
+        if tie_breaker not in ("auto", "polygon", "exact"):
+            raise ValueError(f"tie_breaker {tie_breaker!r}: expected auto, polygon or exact")
+        library = None if tie_breaker == "exact" else polygon_library()
+        if tie_breaker == "polygon" and library is None:
+            raise ImportError("tie_breaker='polygon' needs Polygon3: pip install vramkit[official]")
+        self.library = library
+        self.decided = 0
+        self.ties = 0
+
+    def _polygon_intersection(self, first: np.ndarray, second: np.ndarray) -> float:
+        both = self.library.Polygon(first) & self.library.Polygon(second)
+        return 0.0 if len(both) == 0 else both.area()
+
+    def inside_dont_care(self, gt_quad: np.ndarray, det_quad: np.ndarray, det_area: float) -> bool:
+        """``area(gt & det) / area(det) > 0.5`` (``det_area`` > 0)."""
+        self.decided += 1
+        exact = exact_intersection_area(gt_quad, det_quad)
+        self.ties += exact == Fraction(det_area) * Fraction(AREA_PRECISION_THRESHOLD)
+        if self.library is not None:
+            return self._polygon_intersection(gt_quad, det_quad) / det_area > AREA_PRECISION_THRESHOLD
+        return exact > Fraction(det_area) * Fraction(AREA_PRECISION_THRESHOLD)
+
+    def iou_above(self, det_quad: np.ndarray, gt_quad: np.ndarray, total: float) -> bool:
+        """``inter / (total - inter) > 0.5``, 0 for a zero union (``total`` = both areas)."""
+        self.decided += 1
+        exact = exact_intersection_area(det_quad, gt_quad)
+        self.ties += exact == total or 3 * exact == total
+        if self.library is not None:
+            inter = self._polygon_intersection(det_quad, gt_quad)
+            union = total - inter
+            return union != 0 and inter / union > IOU_THRESHOLD
+        return 3 * exact > total and exact < total
+
+
+def counts_library(tie_breaker: str) -> bool:
+    """Whether ``tie_breaker`` decides with the Polygon library."""
+    return tie_breaker == "polygon" or (tie_breaker == "auto" and polygon_library() is not None)
+
+
+def _dont_care_detections(
+    gt: QuadSet, gt_dont_care: np.ndarray, det: QuadSet, images: int, unsure: _Unsure
+) -> np.ndarray:
+    """(detections,) bool: area(gt & det) / area(det) > 0.5 for some ``###`` gt of its image."""
+    result = np.zeros(len(det.quads), dtype=bool)
+    has_area = np.flatnonzero(det.areas > 0)
+    g, d = _candidates(
+        gt,
+        np.flatnonzero(gt_dont_care),
+        det,
+        has_area,
+        images,
+        lambda g, d: AREA_PRECISION_THRESHOLD * det.areas[d],
+    )
+    if g.size == 0:
+        return result
+    inter, error = pair_intersection_areas(gt.pieces, g, det.pieces, d, (gt.bounds, det.bounds))
+    needed = AREA_PRECISION_THRESHOLD * det.areas[d]
+    inside = inter > needed
+    for k in np.flatnonzero(np.abs(inter - needed) <= error):
+        inside[k] = unsure.inside_dont_care(gt.quads[g[k]], det.quads[d[k]], det.areas[d[k]])
+    result[d[inside]] = True
+    return result
+
+
+def _iou_hits(
+    gt: QuadSet,
+    gt_rows: np.ndarray,
+    det: QuadSet,
+    det_rows: np.ndarray,
+    images: int,
+    unsure: _Unsure,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(gt, det) pairs with IoU > 0.5 in (gt, detection) order."""
+    g, d = _candidates(
+        gt,
+        gt_rows,
+        det,
+        det_rows,
+        images,
+        lambda g, d: (gt.areas[g] + det.areas[d]) / 3.0,
+    )
+    total = gt.areas[g] + det.areas[d]
+    usable = total > 0  # otherwise the union is never positive
+    g, d, total = g[usable], d[usable], total[usable]
+    if g.size == 0:
+        return g, d
+    inter, error = pair_intersection_areas(det.pieces, d, gt.pieces, g, (det.bounds, gt.bounds))
+    # IoU > 0.5 with a positive union  <=>  3 inter > area_d + area_g  and  inter < that sum.
+    hits = (3.0 * inter > total) & (inter < total)
+    close = (np.abs(3.0 * inter - total) <= 3.0 * error) | (np.abs(total - inter) <= error)
+    for k in np.flatnonzero(close):
+        hits[k] = unsure.iou_above(det.quads[d[k]], gt.quads[g[k]], total[k])
+    return g[hits], d[hits]
+
+
+def match_official(
+    gt: QuadSet,
+    gt_dont_care: np.ndarray,
+    det: QuadSet,
+    images: int,
+    *,
+    tie_breaker: str = "auto",
+) -> OfficialCounts:
+    """The script's counts for every image at once (images numbered 0..images-1).
+
+    ``tie_breaker``: how pairs within rounding of a threshold are decided: ``polygon`` (the
+    Polygon library, as the script), ``exact`` (rational arithmetic), ``auto`` (the first if
+    installed).
+    """
+    unsure = _Unsure(tie_breaker)
+    det_dont_care = _dont_care_detections(gt, gt_dont_care, det, images, unsure)
+    hit_g, hit_d = _iou_hits(
+        gt, np.flatnonzero(~gt_dont_care), det, np.flatnonzero(~det_dont_care), images, unsure
+    )
+    gt_taken = np.zeros(len(gt.quads), dtype=bool)
+    det_taken = np.zeros(len(det.quads), dtype=bool)
+    # Greedy one-to-one, ground truth then detection order, exactly as the script's loops.
+    for g, d in zip(hit_g.tolist(), hit_d.tolist(), strict=True):
+        if not gt_taken[g] and not det_taken[d]:
+            gt_taken[g] = det_taken[d] = True
+    return OfficialCounts(
+        matched=np.bincount(gt.image[gt_taken], minlength=images),
+        gt_care=np.bincount(gt.image[~gt_dont_care], minlength=images),
+        det_care=np.bincount(det.image[~det_dont_care], minlength=images),
+        det_dont_care=det_dont_care,
+        det_matched=det_taken,
+        exact_decisions=unsure.decided,
+        threshold_ties=unsure.ties,
+    )
+
+
+def average_precision(confidences: np.ndarray, matches: np.ndarray, gt_care: int) -> float:
+    """The script's ``compute_ap``: precision at each match down the confidence ranking."""
+    if len(confidences) == 0:
+        return 0.0
+    order = np.argsort(-np.asarray(confidences))
+    ranked = np.asarray(matches)[order]
+    ranks = np.flatnonzero(ranked) + 1
+    precision_sum = 0.0
+    for correct, rank in enumerate(ranks.tolist(), start=1):
+        precision_sum += float(correct) / rank
+    return precision_sum / gt_care if gt_care > 0 else precision_sum
+
+
+def summarize_official(counts: OfficialCounts) -> dict[str, float | int]:
+    """The script's method metrics from summed counts (micro average)."""
+    matched = int(counts.matched.sum())
+    gt_care = int(counts.gt_care.sum())
+    det_care = int(counts.det_care.sum())
+    recall = 0.0 if gt_care == 0 else float(matched) / gt_care
+    precision = 0.0 if det_care == 0 else float(matched) / det_care
+    hmean = 0.0 if recall + precision == 0 else 2 * recall * precision / (recall + precision)
+    return {
+        "precision": precision,
+        "recall": recall,
+        "hmean": hmean,
+        "matched": matched,
+        "gt_care": gt_care,
+        "det_care": det_care,
+    }
+
+
+def evaluate_official(
+    gt_location: str | Path,
+    submission_location: str | Path,
+    *,
+    confidences: bool = False,
+    lenient: bool = False,
+    tie_breaker: str = "auto",
+) -> dict:
+    """The official script's method metrics for a ground-truth and a submission zip (or folder).
+
+    ``confidences`` is the script's ``CONFIDENCES`` parameter (a confidence column required,
+    detections ranked by it, ``AP`` computed). Raises :class:`RrcRefusal` with the script's
+    message where it refuses the input; with ``lenient`` the refusals named in
+    :mod:`rrc_files` are accepted and reported under ``lenient`` (and warned about).
+    """
+    return evaluate_entries(
+        read_entries(gt_location, GT_NAME, all_entries=False),
+        read_entries(submission_location, SUBMISSION_NAME, all_entries=True),
+        confidences=confidences,
+        lenient=lenient,
+        tie_breaker=tie_breaker,
+    )
+
+
+def evaluate_entries(
+    gt_raw: dict[str, bytes],
+    submission_raw: dict[str, bytes],
+    *,
+    confidences: bool = False,
+    lenient: bool = False,
+    tie_breaker: str = "auto",
+) -> dict:
+    """:func:`evaluate_official` on files already read: {image key: bytes} per side."""
+    notes = LenientNotes()
+    # The script validates all ground truth, then all submission files, then evaluates.
+    truth = {
+        key: parse_sample(key, raw, ground_truth=True, lenient=lenient, notes=notes)
+        for key, raw in gt_raw.items()
+    }
+    detections = {}
+    for key, raw in submission_raw.items():
+        if key not in truth:
+            raise RrcRefusal(f"The sample {key} not present in GT")
+        detections[key] = parse_sample(
+            key, raw, ground_truth=False, confidences=confidences, lenient=lenient, notes=notes
+        )
+    keys = list(truth)
+    empty = np.zeros((0, 4, 2))
+    gt_quads, det_quads, det_scores = [], [], []
+    for key in keys:
+        gt_quads.append(truth[key].quads)
+        sample = detections.get(key)
+        if sample is None:
+            det_quads.append(empty)
+            det_scores.append(np.zeros(0))
+        elif confidences and len(sample.quads):
+            # The script's own ranking call, so that ties are broken as it breaks them.
+            order = np.argsort(-np.array(sample.confidences))
+            det_quads.append(sample.quads[order])
+            det_scores.append(sample.confidences[order])
+        else:
+            det_quads.append(sample.quads)
+            det_scores.append(sample.confidences)
+    images = len(keys)
+    gt = QuadSet(
+        np.concatenate(gt_quads) if gt_quads else empty,
+        np.repeat(np.arange(images), [len(q) for q in gt_quads]),
+    )
+    det = QuadSet(
+        np.concatenate(det_quads) if det_quads else empty,
+        np.repeat(np.arange(images), [len(q) for q in det_quads]),
+    )
+    gt_dont_care = (
+        np.concatenate([truth[key].dont_care for key in keys]) if keys else np.zeros(0, bool)
+    )
+    counts = match_official(gt, gt_dont_care, det, images, tie_breaker=tie_breaker)
+    result: dict = {"protocol": "official", **summarize_official(counts)}
+    if confidences:
+        scores = np.concatenate(det_scores) if det_scores else np.zeros(0)
+        care = ~counts.det_dont_care
+        result["AP"] = average_precision(
+            scores[care].tolist(), counts.det_matched[care].tolist(), int(counts.gt_care.sum())
+        )
+    result.update(
+        images=images,
+        submission_files=len(detections),
+        exact_decisions=counts.exact_decisions,
+        threshold_ties=counts.threshold_ties,
+        tie_breaker="polygon" if counts_library(tie_breaker) else "exact",
+        lenient=dict(notes.counts) if lenient else None,
+    )
+    for kind, number in notes.counts.items():
+        warnings.warn(
+            f"lenient: accepted {number} line(s) the official script refuses ({kind}), "
+            f"first: {notes.first[kind]}",
+            stacklevel=2,
+        )
+    return result
