@@ -9,7 +9,9 @@ The Polygon library (``pip install Polygon3``) crashes the process (segmentation
 on a few pairs of self-intersecting quads, as the official script would. So this runs as a
 child process: ``python rrc_reference.py`` reads one JSON case per stdin line and prints one JSON
 result per line; :func:`run_reference` restarts it after a crash and reports that case as
-``{"crashed": true}``.
+``{"crashed": true}``. ``python rrc_reference.py -g=gt.zip -s=submit.zip`` evaluates two zip
+files as the script's command line does and prints its ``Calculated!{...}`` line
+(``benchmarks/evaluation.py`` times it).
 """
 
 from __future__ import annotations
@@ -206,6 +208,28 @@ def run_reference(cases: list[dict], timeout: float = 300.0) -> list[dict]:
     return results
 
 
+def load_zip(path: str, pattern: str, all_entries: bool) -> dict:
+    import zipfile
+
+    archive = zipfile.ZipFile(path, mode="r", allowZip64=True)
+    pairs = []
+    for name in archive.namelist():
+        m = re.match(pattern, name)
+        if m is None:
+            if all_entries:
+                raise Refused(f"ZIP entry not valid: {name}")
+            continue
+        pairs.append([m.group(1) if m.groups() else name, archive.read(name)])
+    return dict(pairs)
+
+
+def _command_line(arguments: list[str]) -> None:
+    options = dict(argument[1:].split("=", 1) for argument in arguments)
+    gt = load_zip(options["g"], r"gt_img_([0-9]+).txt", False)
+    subm = load_zip(options["s"], r"res_img_([0-9]+).txt", True)
+    sys.stdout.write("Calculated!" + json.dumps(evaluate(gt, subm)) + "\n")
+
+
 def _serve() -> None:
     for line in sys.stdin:
         case = json.loads(line)
@@ -217,4 +241,7 @@ def _serve() -> None:
 
 
 if __name__ == "__main__":
-    _serve()
+    if len(sys.argv) > 1:
+        _command_line(sys.argv[1:])
+    else:
+        _serve()

@@ -91,9 +91,10 @@ def _refused_line(message: str) -> str:
     return found.groups() if found else message
 
 
-def test_replay_of_the_official_rules_on_random_degenerate_cases() -> None:
-    rng = np.random.default_rng(2015)
-    cases = [_random_case(rng) for _ in range(400)]
+@pytest.mark.parametrize("seed", [2015, 2016])
+def test_replay_of_the_official_rules_on_random_degenerate_cases(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    cases = [_random_case(rng) for _ in range(150)]
     reference = run_reference(cases)
     compared = refused = crashed = differing = 0
     for case, expected in zip(cases, reference, strict=True):
@@ -111,4 +112,4 @@ def test_replay_of_the_official_rules_on_random_degenerate_cases() -> None:
             differing += 1
             print(case, expected, got)
     assert differing == 0
-    assert compared >= 300 and refused >= 5 and crashed <= 20, (compared, refused, crashed)
+    assert compared >= 120 and refused >= 3 and crashed <= 10, (compared, refused, crashed)

@@ -50,6 +50,15 @@ _CONFIDENCE = r"," + _SPACE + r"([0-1].?[0-9]*)" + _SPACE
 _GT_LINE = re.compile(r"^" + _COORDS + r",(.*)$", re.MULTILINE)
 _DET_LINE = re.compile(r"^" + _COORDS + r"$", re.MULTILINE)
 _DET_LINE_CONFIDENCE = re.compile(r"^" + _COORDS + _CONFIDENCE + r"$", re.MULTILINE)
+# The same patterns with the eight coordinates in one group, for the fast path: one findall
+# per file and one numeric conversion of all its coordinates.
+_ONE_COORD = _SPACE + r"-?[0-9]+" + _SPACE
+_COORD_BLOCK = r"(" + ",".join([_ONE_COORD] * 8) + r")"
+_FAST = {
+    "gt": re.compile(r"^" + _COORD_BLOCK + r",(.*)$", re.MULTILINE),
+    "det": re.compile(r"^" + _COORD_BLOCK + r"()$", re.MULTILINE),
+    "det_confidence": re.compile(r"^" + _COORD_BLOCK + _CONFIDENCE + r"$", re.MULTILINE),
+}
 # Lenient mode: any decimal number as a coordinate, and an optional trailing confidence.
 _NUMBER = _SPACE + r"([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)" + _SPACE
 _LENIENT_COORDS = ",".join([_NUMBER] * 8)
@@ -117,70 +126,174 @@ def _refusal(sample: str, line: str, error: str) -> RrcRefusal:
 def clockwise_sums(quads: np.ndarray) -> np.ndarray:
     """(n,) the script's orientation sum, sum of (x2 - x1)(y2 + y1); > 0 means not clockwise."""
     x, y = quads[..., 0], quads[..., 1]
-    return ((np.roll(x, -1, axis=1) - x) * (np.roll(y, -1, axis=1) + y)).sum(axis=1)
+    following = [1, 2, 3, 0]
+    return ((x[..., following] - x) * (y[..., following] + y)).sum(axis=-1)
 
 
-def _strict_lines(text: str, pattern: re.Pattern) -> tuple[list[tuple[str, ...]], list[str]] | None:
-    """Every non-empty line matched at once, or None when some line does not match."""
+def _fast_lines(text: str, kind: str) -> tuple[str, list[str], list[str]] | None:
+    """(coordinates joined by commas, last column, lines) when every non-empty line passes."""
     lines = [line for line in text.split("\n") if line]
-    found = pattern.findall(text)
-    return (found, lines) if len(found) == len(lines) else None
+    found = _FAST[kind].findall(text)
+    if len(found) != len(lines):
+        return None
+    if not found:
+        return "", [], lines
+    coordinates, extra = zip(*found, strict=True)
+    return ",".join(coordinates), list(extra), lines
 
 
-def parse_sample(
-    sample: str,
-    raw: bytes,
+_INTEGER_CHARACTERS = re.compile(r"[-0-9,]*")
+_LONGEST_INTEGER = 10  # digits; longer numbers exceed int32 and take the general path
+
+
+def _comma_separated_integers(joined: str) -> np.ndarray | None:
+    """Parse ``"12,-3,4"`` into float64 values with a few array passes; None if not that simple.
+
+    Converting strings one by one costs more than all the line matching, so the numbers are
+    read digit column by digit column (Horner's rule, right-aligned). Whitespace and numbers of
+    more than 10 digits take the general path.
+    """
+    if not _INTEGER_CHARACTERS.fullmatch(joined):
+        return None
+    data = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.int64)
+    separators = np.flatnonzero(data == ord(","))
+    starts = np.concatenate(([0], separators + 1))
+    ends = np.concatenate((separators, [data.size]))
+    first_digit = starts + (data[np.minimum(starts, data.size - 1)] == ord("-"))
+    longest = int((ends - first_digit).max())
+    if longest > _LONGEST_INTEGER:
+        return None
+    values = np.zeros(starts.size)
+    for column in range(longest):
+        position = ends - longest + column
+        present = position >= first_digit
+        digit = data[np.maximum(position, 0)] - ord("0")
+        values = np.where(present, values * 10.0 + digit, values)
+    return np.where(first_digit > starts, -values, values)
+
+
+def _numbers(joined: str) -> np.ndarray:
+    if not joined:
+        return np.zeros(0)
+    values = _comma_separated_integers(joined)
+    if values is None:
+        values = np.array("".join(joined.split()).split(","), dtype=np.float64)
+    return values
+
+
+def _is_dont_care(transcription: str) -> bool:
+    if transcription == DONT_CARE:
+        return True
+    return '"' in transcription and strip_quotes(transcription) == DONT_CARE
+
+
+@dataclass
+class _Parsed:
+    key: str
+    values: np.ndarray  # (n, 4, 2)
+    extra: list[str]
+    lines: list[str]
+
+
+def _check_and_build(
+    parsed: list[_Parsed],
+    ground_truth: bool,
+    confidences: bool,
+    lenient: bool,
+    notes: LenientNotes | None,
+) -> dict[str, SampleQuads]:
+    """The int32 and clockwise checks of files in order (all lines at once), then their quads."""
+    if not parsed:
+        return {}
+    values = np.concatenate([item.values for item in parsed])
+    owner = np.repeat(np.arange(len(parsed)), [len(item.values) for item in parsed])
+    first_row = np.cumsum([len(item.values) for item in parsed]) - [
+        len(item.values) for item in parsed
+    ]
+    too_large = np.flatnonzero((np.abs(values) >= _INT32_LIMIT).any(axis=(1, 2)))
+    quads = np.trunc(values)
+    counter_clockwise = np.flatnonzero(clockwise_sums(quads) > 0)
+    if too_large.size:
+        row = int(too_large[0])
+        item = parsed[owner[row]]
+        if lenient or not counter_clockwise.size or counter_clockwise[0] > row:
+            line = item.lines[row - first_row[owner[row]]]
+            raise _refusal(item.key, line, "a coordinate does not fit the script's int32 points")
+    if counter_clockwise.size:
+        row = int(counter_clockwise[0])
+        item = parsed[owner[row]]
+        line = item.lines[row - first_row[owner[row]]]
+        if not lenient:
+            raise _refusal(item.key, line, NOT_CLOCKWISE)
+        if notes is not None:
+            notes.add("counter_clockwise", f"{item.key}: {line}", int(counter_clockwise.size))
+    result = {}
+    for index, item in enumerate(parsed):
+        rows = slice(first_row[index], first_row[index] + len(item.values))
+        count = len(item.values)
+        dont_care = np.zeros(count, dtype=bool)
+        if ground_truth:
+            dont_care = np.array([_is_dont_care(text) for text in item.extra], dtype=bool)
+        scores = np.zeros(count)
+        if confidences and not ground_truth:
+            for row, value in enumerate(item.extra):
+                try:
+                    scores[row] = float(value)
+                except ValueError:
+                    error = "Confidence value must be a float"
+                    raise _refusal(item.key, item.lines[row], error) from None
+        result[item.key] = SampleQuads(quads=quads[rows], dont_care=dont_care, confidences=scores)
+    return result
+
+
+def parse_samples(
+    entries: dict[str, bytes],
     *,
     ground_truth: bool,
     confidences: bool = False,
     lenient: bool = False,
     notes: LenientNotes | None = None,
-) -> SampleQuads:
-    """Read one file by the script's rules; raise :class:`RrcRefusal` as the script does.
+) -> dict[str, SampleQuads]:
+    """Read files by the script's rules, in order; raise :class:`RrcRefusal` as the script does.
 
-    ``sample`` is the image key (the number in ``gt_img_N.txt``), used in messages as the
-    script uses it. With ``lenient`` the refusals listed in the module docstring are counted in
-    ``notes`` instead.
+    ``entries`` maps the image key (the number in ``gt_img_N.txt``, used in messages as the
+    script uses it) to the file's bytes. The refusal is the one the script gives first, going
+    through the files and their lines in order. With ``lenient`` the refusals listed in the
+    module docstring are counted in ``notes`` instead.
     """
-    text = decode(raw).replace("\r", "")
     if ground_truth:
-        pattern, message = _GT_LINE, GT_FORMAT
+        kind, pattern, message = "gt", _GT_LINE, GT_FORMAT
     elif confidences:
-        pattern, message = _DET_LINE_CONFIDENCE, DET_CONFIDENCE_FORMAT
+        kind, pattern, message = "det_confidence", _DET_LINE_CONFIDENCE, DET_CONFIDENCE_FORMAT
     else:
-        pattern, message = _DET_LINE, DET_FORMAT
-    parsed = _strict_lines(text, pattern)
-    if parsed is not None:
-        rows, lines = parsed
-        values = np.array([row[:8] for row in rows], dtype=np.float64).reshape(-1, 4, 2)
-        extra = [row[8] for row in rows] if len(rows) and len(rows[0]) > 8 else []
-    else:
+        kind, pattern, message = "det", _DET_LINE, DET_FORMAT
+    result: dict[str, SampleQuads] = {}
+    pending: list[tuple[str, str, list[str], list[str]]] = []
+
+    def settle() -> None:
+        numbers = _numbers(",".join(joined for _, joined, _, _ in pending if joined))
+        numbers = numbers.reshape(-1, 4, 2)
+        parsed, start = [], 0
+        for key, _, extra, lines in pending:
+            parsed.append(_Parsed(key, numbers[start : start + len(lines)], extra, lines))
+            start += len(lines)
+        result.update(_check_and_build(parsed, ground_truth, confidences, lenient, notes))
+        pending.clear()
+
+    for key, raw in entries.items():
+        text = decode(raw).replace("\r", "")
+        fast = _fast_lines(text, kind)
+        if fast is not None:
+            pending.append((key, *fast))
+            continue
+        settle()  # the files before this one are checked first, as the script goes in order
         values, extra, lines = _lines_one_by_one(
-            sample, text, pattern, message, ground_truth, confidences, lenient, notes
+            key, text, pattern, message, ground_truth, confidences, lenient, notes
         )
-    if values.size and np.abs(values).max() >= _INT32_LIMIT:
-        row = int(np.flatnonzero((np.abs(values) >= _INT32_LIMIT).any(axis=(1, 2)))[0])
-        raise _refusal(sample, lines[row], "a coordinate does not fit the script's int32 points")
-    counter_clockwise = np.flatnonzero(clockwise_sums(np.trunc(values)) > 0)
-    if counter_clockwise.size:
-        if not lenient:
-            raise _refusal(sample, lines[int(counter_clockwise[0])], NOT_CLOCKWISE)
-        if notes is not None:
-            where = f"{sample}: {lines[int(counter_clockwise[0])]}"
-            notes.add("counter_clockwise", where, int(counter_clockwise.size))
-    count = len(values)
-    dont_care = np.zeros(count, dtype=bool)
-    if ground_truth:
-        dont_care = np.array([strip_quotes(t) == DONT_CARE for t in extra], dtype=bool)
-    scores = np.zeros(count)
-    if confidences and not ground_truth:
-        scores = np.zeros(count)
-        for row, value in enumerate(extra):
-            try:
-                scores[row] = float(value)
-            except ValueError:
-                raise _refusal(sample, lines[row], "Confidence value must be a float") from None
-    return SampleQuads(quads=np.trunc(values), dont_care=dont_care, confidences=scores)
+        parsed = [_Parsed(key, values, extra, lines)]
+        result.update(_check_and_build(parsed, ground_truth, confidences, lenient, notes))
+    settle()
+    return {key: result[key] for key in entries}
 
 
 def _lines_one_by_one(

@@ -108,38 +108,50 @@ def even_odd_pieces(quads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _segment_inside_spans(
-    starts: np.ndarray, ends: np.ndarray, region: np.ndarray, boundary_is_inside: bool
+    start_x: np.ndarray,
+    start_y: np.ndarray,
+    region_x: np.ndarray,
+    region_y: np.ndarray,
+    boundary_is_inside: bool,
 ) -> np.ndarray:
-    """Twice the ``x dy - y dx`` integral of each segment's part inside a convex region.
+    """Twice the ``x dy - y dx`` integral of each closed polygon's edges inside a convex region.
 
-    ``starts``, ``ends``: (K, E, 2) segments; ``region``: (K, R, 2) counter-clockwise convex
-    polygons. A segment lying on the region's boundary line counts as inside only when
+    Coordinates are (vertices, K) arrays, one column per pair, so every numpy pass runs along K:
+    the polygon's vertices ``start_*`` (edge i runs from vertex i to i + 1) and the region's
+    counter-clockwise vertices ``region_*``. Each edge is clipped to the region's half-planes
+    (Cyrus-Beck). An edge lying on a boundary line of the region counts as inside only when
     ``boundary_is_inside`` and it runs the same way as that boundary edge, so a boundary the two
     polygons share is counted once (from one side) and never where they only touch.
     """
-    direction = ends - starts  # (K, E, 2)
-    edge_start = region[:, None, :, :]  # (K, 1, R, 2)
-    edge = np.roll(region, -1, axis=1)[:, None, :, :] - edge_start
-    offset = starts[:, :, None, :] - edge_start
-    a = edge[..., 0] * offset[..., 1] - edge[..., 1] * offset[..., 0]  # (K, E, R)
-    b = edge[..., 0] * direction[:, :, None, 1] - edge[..., 1] * direction[:, :, None, 0]
-    degenerate_edge = (edge[..., 0] == 0) & (edge[..., 1] == 0)
-    same_way = (edge[..., 0] * direction[:, :, None, 0] + edge[..., 1] * direction[:, :, None, 1]) > 0
-    on_line = (b == 0) & (a == 0)
-    parallel_inside = (b == 0) & (
-        (a > 0) | degenerate_edge | (on_line & same_way if boundary_is_inside else False)
-    )
-    parallel_outside = (b == 0) & ~parallel_inside
+    following = [*range(1, len(start_x)), 0]
+    direction_x = start_x[following] - start_x  # (E, K)
+    direction_y = start_y[following] - start_y
+    region_following = [*range(1, len(region_x)), 0]
+    edge_x = (region_x[region_following] - region_x)[None]  # (1, R, K)
+    edge_y = (region_y[region_following] - region_y)[None]
+    origin_cross = edge_x * region_y[None] - edge_y * region_x[None]
+    a = edge_x * start_y[:, None] - edge_y * start_x[:, None] - origin_cross  # (E, R, K)
+    b = edge_x * direction_y[:, None] - edge_y * direction_x[:, None]
+    parallel = b == 0
     with np.errstate(divide="ignore", invalid="ignore"):
         crossing = -a / b
-    enter = np.where(b > 0, crossing, 0.0).max(axis=2, initial=0.0)
-    leave = np.where(b < 0, crossing, 1.0).min(axis=2, initial=1.0)
-    enter = np.minimum(enter, 1.0)
-    inside = (enter < leave) & ~parallel_outside.any(axis=2)
-    first = starts + enter[..., None] * direction
-    last = starts + leave[..., None] * direction
-    cross = first[..., 0] * last[..., 1] - first[..., 1] * last[..., 0]
-    return np.where(inside, cross, 0.0).sum(axis=1)
+    enter = np.minimum(np.where(b > 0, crossing, 0.0).max(axis=1, initial=0.0), 1.0)
+    leave = np.where(b < 0, crossing, 1.0).min(axis=1, initial=1.0)
+    outside = parallel & (a < 0)
+    if boundary_is_inside:
+        same_way = edge_x * direction_x[:, None] + edge_y * direction_y[:, None] > 0
+        degenerate = (edge_x == 0) & (edge_y == 0)
+        outside |= parallel & (a == 0) & ~same_way & ~degenerate
+    else:
+        degenerate = (edge_x == 0) & (edge_y == 0)
+        outside |= parallel & (a == 0) & ~degenerate
+    inside = (enter < leave) & ~outside.any(axis=1)
+    first_x = start_x + enter * direction_x
+    first_y = start_y + enter * direction_y
+    last_x = start_x + leave * direction_x
+    last_y = start_y + leave * direction_y
+    cross = first_x * last_y - first_y * last_x
+    return np.where(inside, cross, 0.0).sum(axis=0)
 
 
 def convex_overlap_areas(first: np.ndarray, second: np.ndarray) -> np.ndarray:
@@ -152,13 +164,18 @@ def convex_overlap_areas(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     if len(first) == 0:
         return np.zeros(0)
     origin = second[:, :1, :]
-    first, second = first - origin, second - origin
-    for polygon in (first, second):
-        x, y = polygon[..., 0], polygon[..., 1]
-        clockwise = (x * np.roll(y, -1, axis=1) - y * np.roll(x, -1, axis=1)).sum(axis=1) < 0
-        polygon[clockwise] = polygon[clockwise, ::-1]
-    twice = _segment_inside_spans(first, np.roll(first, -1, axis=1), second, True)
-    twice += _segment_inside_spans(second, np.roll(second, -1, axis=1), first, False)
+    columns = []
+    for polygon in (first - origin, second - origin):
+        x = np.ascontiguousarray(polygon[..., 0].T)  # (V, K)
+        y = np.ascontiguousarray(polygon[..., 1].T)
+        following = [*range(1, len(x)), 0]
+        clockwise = (x * y[following] - y * x[following]).sum(axis=0) < 0
+        x[:, clockwise] = x[::-1, clockwise]
+        y[:, clockwise] = y[::-1, clockwise]
+        columns.append((x, y))
+    (first_x, first_y), (second_x, second_y) = columns
+    twice = _segment_inside_spans(first_x, first_y, second_x, second_y, True)
+    twice += _segment_inside_spans(second_x, second_y, first_x, first_y, False)
     return 0.5 * twice
 
 

@@ -39,7 +39,7 @@ from vramkit.tasks.text_detection.rrc_files import (
     SUBMISSION_NAME,
     LenientNotes,
     RrcRefusal,
-    parse_sample,
+    parse_samples,
     read_entries,
 )
 from vramkit.tasks.text_detection.rrc_geometry import (
@@ -52,7 +52,7 @@ from vramkit.tasks.text_detection.rrc_geometry import (
 IOU_THRESHOLD = 0.5
 AREA_PRECISION_THRESHOLD = 0.5
 # Pairs generated per block: bounds the memory of the all-pairs pruning (about 100 B a pair).
-_PAIRS_PER_BLOCK = 2_000_000
+_PAIRS_PER_BLOCK = 200_000
 # Box bounds are exact up to float rounding; this relative slack keeps borderline pairs.
 _PRUNE_SLACK = 1e-9
 
@@ -87,30 +87,51 @@ class OfficialCounts:
     threshold_ties: int  # of those, pairs exactly on the threshold, decided by GPC's rounding
 
 
-def _same_image_pairs(
-    first_image: np.ndarray, second_image: np.ndarray, images: int
+def _x_overlapping_pairs(
+    first: QuadSet, first_rows: np.ndarray, second: QuadSet, second_rows: np.ndarray
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Every (i, j) with ``first_image[i] == second_image[j]``, image by image, i then j order."""
-    first_start = np.searchsorted(first_image, np.arange(images + 1))
-    second_start = np.searchsorted(second_image, np.arange(images + 1))
-    first_count = np.diff(first_start)
-    second_count = np.diff(second_start)
-    per_image = first_count * second_count
-    image = 0
-    while image < images:
-        # Whole images per block, at least one.
-        cumulative = np.cumsum(per_image[image:])
-        stop = image + max(1, int(np.searchsorted(cumulative, _PAIRS_PER_BLOCK, side="right")))
-        block = np.arange(image, stop)
-        block = block[per_image[block] > 0]
-        image = stop
-        if block.size == 0:
-            continue
-        sizes = per_image[block]
-        owner = np.repeat(block, sizes)
-        local = np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        width = second_count[owner]
-        yield first_start[owner] + local // width, second_start[owner] + local % width
+    """Pairs (i, j) of one image whose boxes overlap in x (touching included), in blocks.
+
+    The second side is sorted by (image, left edge); for each box of the first side the partners
+    lie between its left edge minus the widest second-side box of its image and its right edge,
+    found with two binary searches. Pairs come in first-side order, not sorted within.
+    """
+    if first_rows.size == 0 or second_rows.size == 0:
+        return
+    images = int(max(first.image.max(initial=0), second.image.max(initial=0))) + 1
+    # Integer keys (image, x): coordinates are int32 values, so 2**33 separates the images.
+    shift, span = 2**31, 2**33
+    left = second.bounds[second_rows, 0].astype(np.int64)
+    width = (second.bounds[second_rows, 2] - second.bounds[second_rows, 0]).astype(np.int64)
+    image = second.image[second_rows]
+    keys = image * span + left + shift
+    order = np.argsort(keys, kind="stable")
+    keys, sorted_rows = keys[order], second_rows[order]
+    widest = np.zeros(images, dtype=np.int64)
+    np.maximum.at(widest, image, width)
+    first_image = first.image[first_rows]
+    base = first_image * span + shift
+    low = np.searchsorted(
+        keys,
+        base + first.bounds[first_rows, 0].astype(np.int64) - widest[first_image],
+        side="left",
+    )
+    high = np.searchsorted(keys, base + first.bounds[first_rows, 2].astype(np.int64), side="right")
+    counts = high - low
+    cumulative = np.cumsum(counts)
+    start = 0
+    while start < first_rows.size:
+        already = cumulative[start - 1] if start else 0
+        stop = max(
+            start + 1, int(np.searchsorted(cumulative, already + _PAIRS_PER_BLOCK, side="right"))
+        )
+        block_counts = counts[start:stop]
+        total = int(block_counts.sum())
+        if total:
+            owner = np.repeat(np.arange(start, stop), block_counts)
+            offsets = np.arange(total) - np.repeat(np.cumsum(block_counts) - block_counts, block_counts)
+            yield first_rows[owner], sorted_rows[low[owner] + offsets]
+        start = stop
 
 
 def _box_overlap(first: np.ndarray, second: np.ndarray) -> np.ndarray:
@@ -134,8 +155,7 @@ def _candidates(
     intersection is the box overlap and the even-odd area of either side.
     """
     found_g, found_d = [], []
-    for g_local, d_local in _same_image_pairs(gt.image[gt_rows], det.image[det_rows], images):
-        g, d = gt_rows[g_local], det_rows[d_local]
+    for g, d in _x_overlapping_pairs(gt, gt_rows, det, det_rows):
         bound = np.minimum(
             _box_overlap(gt.bounds[g], det.bounds[d]), np.minimum(gt.filled[g], det.filled[d])
         )
@@ -145,7 +165,9 @@ def _candidates(
         found_d.append(d[keep])
     if not found_g:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(found_g), np.concatenate(found_d)
+    g, d = np.concatenate(found_g), np.concatenate(found_d)
+    order = np.lexsort((d, g))  # ground truth, then detection: the script's loop order
+    return g[order], d[order]
 
 
 def polygon_library():
@@ -358,17 +380,21 @@ def evaluate_entries(
     """:func:`evaluate_official` on files already read: {image key: bytes} per side."""
     notes = LenientNotes()
     # The script validates all ground truth, then all submission files, then evaluates.
-    truth = {
-        key: parse_sample(key, raw, ground_truth=True, lenient=lenient, notes=notes)
-        for key, raw in gt_raw.items()
-    }
-    detections = {}
-    for key, raw in submission_raw.items():
-        if key not in truth:
-            raise RrcRefusal(f"The sample {key} not present in GT")
-        detections[key] = parse_sample(
-            key, raw, ground_truth=False, confidences=confidences, lenient=lenient, notes=notes
+    truth = parse_samples(gt_raw, ground_truth=True, lenient=lenient, notes=notes)
+    stray = [key for key in submission_raw if key not in truth]
+    if stray:
+        # The script checks each file's name, then its lines, file by file.
+        before = list(submission_raw).index(stray[0])
+        parse_samples(
+            dict(list(submission_raw.items())[:before]),
+            ground_truth=False,
+            confidences=confidences,
+            lenient=lenient,
         )
+        raise RrcRefusal(f"The sample {stray[0]} not present in GT")
+    detections = parse_samples(
+        submission_raw, ground_truth=False, confidences=confidences, lenient=lenient, notes=notes
+    )
     keys = list(truth)
     empty = np.zeros((0, 4, 2))
     gt_quads, det_quads, det_scores = [], [], []
