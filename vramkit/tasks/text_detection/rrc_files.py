@@ -155,7 +155,7 @@ def _comma_separated_integers(joined: str) -> np.ndarray | None:
     """
     if not _INTEGER_CHARACTERS.fullmatch(joined):
         return None
-    data = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.int64)
+    data = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
     separators = np.flatnonzero(data == ord(","))
     starts = np.concatenate(([0], separators + 1))
     ends = np.concatenate((separators, [data.size]))
