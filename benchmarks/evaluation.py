@@ -149,7 +149,7 @@ def run(
     reference = _metrics(reference_out)
     keys = ("precision", "recall", "hmean", "matched", "gt_care", "det_care")
     if any(fast[key] != reference[key] for key in keys):
-        raise AssertionError(f"vramkit's metrics differ from the script replay:\n{fast}\n{reference}")
+        raise AssertionError(f"metrics differ from the script replay:\n{fast}\n{reference}")
     fast_wall = min(run[1] for run in fast_runs)
     fast_cpu = min(run[2] for run in fast_runs)
     return {

@@ -152,12 +152,12 @@ def evaluate(gt: dict, subm: dict, confidences: bool = False) -> dict:
                 det_taken = [0] * len(det_pols)
                 for g in range(len(gt_pols)):
                     for d in range(len(det_pols)):
-                        if gt_taken[g] == 0 and det_taken[d] == 0:
-                            if g not in dont_care and d not in det_dont_care:
-                                if matrix[g, d] > 0.5:
-                                    gt_taken[g] = det_taken[d] = 1
-                                    matched += 1
-                                    matched_dets.append(d)
+                        free = gt_taken[g] == 0 and det_taken[d] == 0
+                        care = g not in dont_care and d not in det_dont_care
+                        if free and care and matrix[g, d] > 0.5:
+                            gt_taken[g] = det_taken[d] = 1
+                            matched += 1
+                            matched_dets.append(d)
             if confidences:
                 for d in range(len(det_pols)):
                     if d not in det_dont_care:

@@ -113,3 +113,73 @@ def test_replay_of_the_official_rules_on_random_degenerate_cases(seed: int) -> N
             print(case, expected, got)
     assert differing == 0
     assert compared >= 120 and refused >= 3 and crashed <= 10, (compared, refused, crashed)
+
+
+def _evaluate(gt: dict[str, str], subm: dict[str, str], **options) -> dict:
+    return evaluate_entries(
+        {k: v.encode("utf-8") for k, v in gt.items()},
+        {k: v.encode("utf-8") for k, v in subm.items()},
+        **options,
+    )
+
+
+BOX = "0,0,10,0,10,10,0,10"  # clockwise in image axes (y down)
+
+
+def test_a_bow_tie_with_area_zero_is_counted_and_can_be_matched() -> None:
+    # Polygon's area() of a symmetric bow-tie is 0, its even-odd intersection with the box is
+    # both lobes (50 px²): IoU = 50 / (100 + 0 - 50) = 1.
+    result = _evaluate({"1": "0,0,10,10,10,0,0,10,word"}, {"1": BOX})
+    assert (result["matched"], result["gt_care"], result["det_care"]) == (1, 1, 1)
+    assert result["protocol"] == "official"
+
+
+@pytest.mark.parametrize(
+    ("text", "dont_care"),
+    [
+        ("###", True),
+        ('"###"', True),
+        (' "###" ', True),
+        (" ###", False),
+        ("### ", False),
+        ('"### "', False),
+        ("'###'", False),
+    ],
+)
+def test_dont_care_is_exactly_three_hashes_after_stripping_quotes(text, dont_care) -> None:
+    result = _evaluate({"1": f"{BOX},{text}"}, {})
+    assert result["gt_care"] == (0 if dont_care else 1)
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("0,10,10,10,10,0,0,0", "Points are not clockwise"),
+        ("0,0,10.5,0,10,10,0,10", "Format incorrect"),
+        (BOX + ",0.9", "Format incorrect. Should be: x1,y1,x2,y2,x3,y3,x4,y4"),
+    ],
+)
+def test_the_scripts_refusals_and_the_lenient_mode(line: str, error: str) -> None:
+    gt, subm = {"1": f"{BOX},word"}, {"1": line}
+    with pytest.raises(RrcRefusal, match=re.escape(f"Sample: 1 Line: {line} Error: {error}")):
+        _evaluate(gt, subm)
+    with pytest.warns(UserWarning, match="lenient: accepted 1 line"):
+        result = _evaluate(gt, subm, lenient=True)
+    assert result["matched"] == 1 and sum(result["lenient"].values()) == 1
+
+
+def test_file_level_refusals() -> None:
+    with pytest.raises(RrcRefusal, match="The sample 2 not present in GT"):
+        _evaluate({"1": f"{BOX},word"}, {"2": BOX})
+    with pytest.raises(RrcRefusal, match="Format incorrect"):
+        _evaluate({"1": f"{BOX},word"}, {"1": BOX + ",0.9"}, confidences=False)
+    result = _evaluate({"1": f"{BOX},word"}, {"1": BOX + ",0.9"}, confidences=True)
+    assert result["AP"] == 1.0
+
+
+def test_a_tie_exactly_at_the_threshold_is_decided_by_the_polygon_librarys_rounding() -> None:
+    # IoU = (26/3) / (52/3) = 0.5 exactly; GPC's floats give 0.5000000000000001: a match.
+    gt, subm = {"1": "20,11,26,11,26,13,20,13,word"}, {"1": "21,10,25,11,27,11,21,15"}
+    exact = _evaluate(gt, subm, tie_breaker="exact")
+    assert exact["matched"] == 0 and exact["threshold_ties"] == 1
+    assert _evaluate(gt, subm, tie_breaker="polygon")["matched"] == 1

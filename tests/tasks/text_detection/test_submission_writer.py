@@ -25,7 +25,8 @@ def _write(tmp_path: Path, with_confidences: bool) -> IcdarSubmissionWriter:
     writer = IcdarSubmissionWriter(tmp_path / "predictions", with_confidences=with_confidences)
     trainer = SimpleNamespace(is_global_zero=True)
     writer.on_predict_start(trainer, None)
-    prediction = {"names": ["img_1", "img_2"], "boxes": [BOXES, []], "scores": [[0.9, 1.2, 0.3], []]}
+    scores = [[0.9, 1.2, 0.3], []]
+    prediction = {"names": ["img_1", "img_2"], "boxes": [BOXES, []], "scores": scores}
     writer.write_on_batch_end(trainer, None, prediction, None, None, 0, 0)
     writer.on_predict_end(trainer, None)
     return writer

@@ -1,4 +1,4 @@
-"""The Polygon library's area and intersection on quads, vectorised, as the official script uses them.
+"""The Polygon library's area and intersection of quads, vectorised, as the official script uses.
 
 The official ICDAR 2015 script builds each quad with ``Polygon.Polygon(points)`` (Polygon2/3, a
 wrapper of Alan Murta's General Polygon Clipper) and uses two numbers:
@@ -73,7 +73,7 @@ def even_odd_pieces(quads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     a, b, c, d = quads[:, 0], quads[:, 1], quads[:, 2], quads[:, 3]
     turns = np.stack(
-        [_orientation(a, b, c), _orientation(b, c, d), _orientation(c, d, a), _orientation(d, a, b)],
+        [_orientation(*quads.transpose(1, 0, 2)[[i, (i + 1) % 4, (i + 2) % 4]]) for i in range(4)],
         axis=1,
     )
     twice_area = _orientation(a, b, c) + _orientation(a, c, d)
@@ -89,7 +89,9 @@ def even_odd_pieces(quads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     pieces = np.stack(
         [np.stack([a, b, c, c], axis=1), np.stack([a, c, d, d], axis=1)], axis=1
     ).copy()
-    weights = np.stack([np.sign(_orientation(a, b, c)) * sign, np.sign(_orientation(a, c, d)) * sign], axis=1)
+    weights = np.stack(
+        [np.sign(_orientation(a, b, c)) * sign, np.sign(_orientation(a, c, d)) * sign], axis=1
+    )
     pieces[convex, 0] = quads[convex]
     weights[convex] = (1.0, 0.0)
     if first_pair.any():

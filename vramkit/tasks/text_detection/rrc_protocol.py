@@ -129,7 +129,8 @@ def _x_overlapping_pairs(
         total = int(block_counts.sum())
         if total:
             owner = np.repeat(np.arange(start, stop), block_counts)
-            offsets = np.arange(total) - np.repeat(np.cumsum(block_counts) - block_counts, block_counts)
+            block_starts = np.cumsum(block_counts) - block_counts
+            offsets = np.arange(total) - np.repeat(block_starts, block_counts)
             yield first_rows[owner], sorted_rows[low[owner] + offsets]
         start = stop
 
@@ -202,7 +203,8 @@ class _Unsure:
         exact = exact_intersection_area(gt_quad, det_quad)
         self.ties += exact == Fraction(det_area) * Fraction(AREA_PRECISION_THRESHOLD)
         if self.library is not None:
-            return self._polygon_intersection(gt_quad, det_quad) / det_area > AREA_PRECISION_THRESHOLD
+            inter = self._polygon_intersection(gt_quad, det_quad)
+            return inter / det_area > AREA_PRECISION_THRESHOLD
         return exact > Fraction(det_area) * Fraction(AREA_PRECISION_THRESHOLD)
 
     def iou_above(self, det_quad: np.ndarray, gt_quad: np.ndarray, total: float) -> bool:
