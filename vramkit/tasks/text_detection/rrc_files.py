@@ -184,7 +184,8 @@ def _numbers(joined: str) -> np.ndarray:
 def _is_dont_care(transcription: str) -> bool:
     if transcription == DONT_CARE:
         return True
-    return '"' in transcription and strip_quotes(transcription) == DONT_CARE
+    # Unescaping cannot make a '#', so a quoted ### must hold the quoted string verbatim.
+    return '"###"' in transcription and strip_quotes(transcription) == DONT_CARE
 
 
 @dataclass

@@ -52,14 +52,8 @@ def _orientation(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     )
 
 
-def _cross_properly(a, b, c, d) -> np.ndarray:
-    """Whether segments ab and cd cross at one point inside both (exact for integer points)."""
-    return (np.sign(_orientation(a, b, c)) * np.sign(_orientation(a, b, d)) < 0) & (
-        np.sign(_orientation(c, d, a)) * np.sign(_orientation(c, d, b)) < 0
-    )
-
-
 def _crossing_point(a, b, c, d) -> np.ndarray:
+    """Where segment ab meets the line through c and d."""
     side_a, side_b = _orientation(c, d, a), _orientation(c, d, b)
     with np.errstate(divide="ignore", invalid="ignore"):
         fraction = side_a / (side_a - side_b)
@@ -69,43 +63,49 @@ def _crossing_point(a, b, c, d) -> np.ndarray:
 def even_odd_pieces(quads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Convex pieces of each quad's even-odd region: (n, 2, 4, 2) vertices and (n, 2) weights.
 
-    A triangle piece repeats its last vertex; an unused piece has weight 0.
+    A triangle piece repeats its last vertex; an unused piece has weight 0. Orientation tests
+    are exact for integer points, so the case of every quad is decided exactly.
     """
     a, b, c, d = quads[:, 0], quads[:, 1], quads[:, 2], quads[:, 3]
-    turns = np.stack(
-        [_orientation(*quads.transpose(1, 0, 2)[[i, (i + 1) % 4, (i + 2) % 4]]) for i in range(4)],
-        axis=1,
+    # The four corner turns; each is also the orientation of the triangle it spans.
+    abc, bcd, cda, dab = (
+        np.sign(_orientation(a, b, c)),
+        np.sign(_orientation(b, c, d)),
+        np.sign(_orientation(c, d, a)),
+        np.sign(_orientation(d, a, b)),
     )
+    # Edges ab and cd cross properly when c, d lie strictly on both sides of ab and vice versa.
+    first_pair = (abc * dab < 0) & (cda * bcd < 0)
+    second_pair = ~first_pair & (bcd * abc < 0) & (dab * cda < 0)  # edges bc and da
+    acd = np.sign(_orientation(a, c, d))
     twice_area = _orientation(a, b, c) + _orientation(a, c, d)
-    first_pair = _cross_properly(a, b, c, d)  # edges ab and cd
-    second_pair = ~first_pair & _cross_properly(b, c, d, a)  # edges bc and da
-    convex = (
-        ~first_pair
-        & ~second_pair
-        & (twice_area != 0)
-        & ~((turns > 0).any(axis=1) & (turns < 0).any(axis=1))
+    turns_both_ways = ((abc > 0) | (bcd > 0) | (cda > 0) | (dab > 0)) & (
+        (abc < 0) | (bcd < 0) | (cda < 0) | (dab < 0)
     )
-    sign = np.sign(twice_area)
-    pieces = np.stack(
-        [np.stack([a, b, c, c], axis=1), np.stack([a, c, d, d], axis=1)], axis=1
-    ).copy()
-    weights = np.stack(
-        [np.sign(_orientation(a, b, c)) * sign, np.sign(_orientation(a, c, d)) * sign], axis=1
-    )
-    pieces[convex, 0] = quads[convex]
-    weights[convex] = (1.0, 0.0)
-    if first_pair.any():
-        q = quads[first_pair]
-        x = _crossing_point(q[:, 0], q[:, 1], q[:, 2], q[:, 3])
-        pieces[first_pair, 0] = np.stack([x, q[:, 1], q[:, 2], q[:, 2]], axis=1)
-        pieces[first_pair, 1] = np.stack([x, q[:, 3], q[:, 0], q[:, 0]], axis=1)
-        weights[first_pair] = 1.0
-    if second_pair.any():
-        q = quads[second_pair]
-        y = _crossing_point(q[:, 1], q[:, 2], q[:, 3], q[:, 0])
-        pieces[second_pair, 0] = np.stack([y, q[:, 2], q[:, 3], q[:, 3]], axis=1)
-        pieces[second_pair, 1] = np.stack([y, q[:, 0], q[:, 1], q[:, 1]], axis=1)
-        weights[second_pair] = 1.0
+    simple = ~first_pair & ~second_pair
+    convex = simple & (twice_area != 0) & ~turns_both_ways
+    pieces = np.empty((len(quads), 2, 4, 2))
+    pieces[:, 0] = quads
+    pieces[:, 1] = quads
+    weights = np.zeros((len(quads), 2))
+    weights[convex, 0] = 1.0
+    fan = np.flatnonzero(simple & ~convex)
+    if fan.size:
+        q = quads[fan]
+        pieces[fan, 0] = q[:, [0, 1, 2, 2]]
+        pieces[fan, 1] = q[:, [0, 2, 3, 3]]
+        sign = np.sign(twice_area[fan])
+        weights[fan, 0] = abc[fan] * sign
+        weights[fan, 1] = acd[fan] * sign
+    for crossing, order in ((first_pair, [0, 1, 2, 3]), (second_pair, [1, 2, 3, 0])):
+        rows = np.flatnonzero(crossing)
+        if rows.size:
+            # Renamed so that edges pq and rs cross at x: the lobes are (x, q, r) and (x, s, p).
+            p, q, r, s_ = (quads[rows, i] for i in order)
+            x = _crossing_point(p, q, r, s_)
+            pieces[rows, 0] = np.stack([x, q, r, r], axis=1)
+            pieces[rows, 1] = np.stack([x, s_, p, p], axis=1)
+            weights[rows] = 1.0
     return pieces, weights
 
 

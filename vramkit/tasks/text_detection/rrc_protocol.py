@@ -68,9 +68,12 @@ class QuadSet:
         self.areas = polygon_library_areas(self.quads)
         self.pieces = even_odd_pieces(self.quads)
         vertices, weights = self.pieces
-        piece_areas = polygon_library_areas(vertices.reshape(-1, 4, 2)).reshape(-1, 2)
-        # Area of the even-odd region: bounds every intersection with it.
-        self.filled = np.abs((weights * piece_areas).sum(axis=1))
+        # Area of the even-odd region: bounds every intersection with it. It differs from the
+        # Polygon library's area only for quads cut into two pieces.
+        self.filled = self.areas.copy()
+        split = np.flatnonzero(weights[:, 1] != 0)
+        piece_areas = polygon_library_areas(vertices[split].reshape(-1, 4, 2)).reshape(-1, 2)
+        self.filled[split] = np.abs((weights[split] * piece_areas).sum(axis=1))
         self.bounds = np.concatenate([self.quads.min(axis=1), self.quads.max(axis=1)], axis=1)
 
 
