@@ -126,16 +126,21 @@ def evaluate(gt: dict, subm: dict, confidences: bool = False) -> dict:
 
     matched_sum = care_gt_sum = care_det_sum = 0
     all_conf, all_match = [], []
+    per_sample = {}
     for key in gt:
         gt_rows = file_values(gt[key], True, False)
         gt_pols = [polygon(points) for points, _, _ in gt_rows]
+        gt_points = [points for points, _, _ in gt_rows]
         dont_care = [n for n, row in enumerate(gt_rows) if row[2] == "###"]
-        det_pols, det_dont_care, det_conf, matched_dets = [], [], [], []
+        log = f"GT polygons: {len(gt_pols)}\n"
+        det_pols, det_points, det_dont_care, det_conf, matched_dets, pairs = [], [], [], [], [], []
+        matrix = np.empty([1, 1])
         matched = 0
         if key in subm:
             for points, conf, _ in file_values(subm[key], False, confidences):
                 det = polygon(points)
                 det_pols.append(det)
+                det_points.append(points)
                 det_conf.append(conf)
                 for n in dont_care:
                     area = det.area()
@@ -143,26 +148,43 @@ def evaluate(gt: dict, subm: dict, confidences: bool = False) -> dict:
                     if precision > 0.5:
                         det_dont_care.append(len(det_pols) - 1)
                         break
+            log += f"DET polygons: {len(det_pols)}\n"
             if gt_pols and det_pols:
                 matrix = np.empty([len(gt_pols), len(det_pols)])
+                gt_taken = np.zeros(len(gt_pols), np.int8)
+                det_taken = np.zeros(len(det_pols), np.int8)
                 for g in range(len(gt_pols)):
                     for d in range(len(det_pols)):
                         matrix[g, d] = iou(det_pols[d], gt_pols[g])
-                gt_taken = [0] * len(gt_pols)
-                det_taken = [0] * len(det_pols)
                 for g in range(len(gt_pols)):
                     for d in range(len(det_pols)):
-                        free = gt_taken[g] == 0 and det_taken[d] == 0
-                        care = g not in dont_care and d not in det_dont_care
-                        if free and care and matrix[g, d] > 0.5:
+                        if (
+                            gt_taken[g] == 0
+                            and det_taken[d] == 0
+                            and g not in dont_care
+                            and d not in det_dont_care
+                            and matrix[g, d] > 0.5
+                        ):
                             gt_taken[g] = det_taken[d] = 1
                             matched += 1
+                            pairs.append({"gt": g, "det": d})
                             matched_dets.append(d)
+                            log += f"Match GT #{g} with Det #{d}\n"
             if confidences:
                 for d in range(len(det_pols)):
                     if d not in det_dont_care:
                         all_conf.append(det_conf[d])
                         all_match.append(d in matched_dets)
+        # The script keeps these per-sample results (the IoU matrix up to 100 detections).
+        per_sample[key] = {
+            "pairs": pairs,
+            "iouMat": [] if len(det_pols) > 100 else matrix.tolist(),
+            "gtPolPoints": gt_points,
+            "detPolPoints": det_points,
+            "gtDontCare": dont_care,
+            "detDontCare": det_dont_care,
+            "evaluationLog": log,
+        }
         matched_sum += matched
         care_gt_sum += len(gt_pols) - len(dont_care)
         care_det_sum += len(det_pols) - len(det_dont_care)

@@ -192,8 +192,114 @@ def _is_dont_care(transcription: str) -> bool:
 class _Parsed:
     key: str
     values: np.ndarray  # (n, 4, 2)
-    extra: list[str]
-    lines: list[str]
+    extra: list[str] | None  # last column per line (transcription or confidence)
+    text: str
+    dont_care: np.ndarray | None = None  # ground truth read all at once: flags, not texts
+
+    @property
+    def lines(self) -> list[str]:
+        """The file's non-empty lines, for messages."""
+        return [line for line in self.text.split("\n") if line]
+
+
+_COORDINATE_BYTES = np.zeros(256, dtype=bool)
+_COORDINATE_BYTES[list(b"0123456789,-")] = True
+
+
+def _all_lines_at_once(
+    texts: list[str], ground_truth: bool
+) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """Every file's quads (and ``###`` flags) from one pass over all their bytes, or None.
+
+    The common case, lines of eight plain integers (and a transcription after the eighth comma
+    in ground truth), is checked with array operations on the bytes: each coordinate field is
+    ``-?[0-9]+``, the line has exactly 7 commas (submission) or at least 8 (ground truth). Any
+    other line (spaces, a wrong field, a refusal to report) returns None and the files are read
+    line by line with the script's patterns instead.
+    """
+    if not texts:
+        return [], []
+    data = np.frombuffer(("\n".join(texts) + "\n").encode("utf-8"), dtype=np.uint8)
+    newline = np.flatnonzero(data == ord("\n"))
+    line_start = np.concatenate(([0], newline[:-1] + 1))
+    nonempty = newline > line_start
+    comma_at = np.flatnonzero(data == ord(","))
+    comma_line = np.searchsorted(newline, comma_at)
+    commas = np.bincount(comma_line, minlength=newline.size)
+    rank = np.arange(comma_at.size) - (np.cumsum(commas) - commas)[comma_line]
+    coordinate_end = newline.copy()
+    if ground_truth:
+        if (commas[nonempty] < 8).any():
+            return None
+        coordinate_end[comma_line[rank == 7]] = comma_at[rank == 7]
+    elif (commas[nonempty] != 7).any():
+        return None
+    starts, ends = line_start[nonempty], coordinate_end[nonempty]
+    marks = np.zeros(data.size + 1, dtype=np.int64)
+    marks[starts] += 1
+    marks[ends] -= 1
+    in_field = np.cumsum(marks[:-1]) > 0
+    if not _COORDINATE_BYTES[data[in_field]].all():
+        return None
+    digit = (data >= ord("0")) & (data <= ord("9"))
+    next_digit = np.concatenate((digit[1:], [False]))
+    previous_digit = np.concatenate(([False], digit[:-1]))
+    next_byte = np.concatenate((data[1:], [ord("\n")]))
+    previous_byte = np.concatenate(([ord(",")], data[:-1]))
+    field_start = np.zeros(data.size, dtype=bool)
+    field_start[starts] = True
+    minus = in_field & (data == ord("-"))
+    comma = in_field & (data == ord(","))
+    bad_minus = minus & ~((field_start | (previous_byte == ord(","))) & next_digit)
+    bad_comma = comma & ~(previous_digit & (next_digit | (next_byte == ord("-"))))
+    if bad_minus.any() or bad_comma.any() or not digit[ends - 1].all():
+        return None
+    inner = comma_at[rank < 7].reshape(-1, 7)
+    token_end = np.concatenate([inner, ends[:, None]], axis=1)
+    token_start = np.concatenate([starts[:, None], inner + 1], axis=1)
+    values = _integers_between(data, token_start.reshape(-1), token_end.reshape(-1))
+    if values is None:
+        return None
+    values = values.reshape(-1, 4, 2)
+    file_of_line = np.repeat(np.arange(len(texts)), [text.count("\n") + 1 for text in texts])
+    per_file = np.bincount(file_of_line[nonempty], minlength=len(texts))
+    split_at = np.cumsum(per_file)[:-1]
+    dont_care = np.zeros(len(values), dtype=bool)
+    if ground_truth:
+        text_start, text_end = ends + 1, newline[nonempty]
+        three = np.flatnonzero(text_end - text_start == 3)
+        hashes = data[text_start[three, None] + np.arange(3)] == ord("#")
+        dont_care[three[hashes.all(axis=1)]] = True
+        # '"###"' anywhere in a transcription: exactly that is don't-care; the rest (quotes with
+        # spaces around) goes through the script's quote rule one by one.
+        quoted = data[:-4] == ord('"')
+        for offset, byte in enumerate(b'###"', start=1):
+            quoted &= data[offset : data.size - 4 + offset] == byte
+        found = np.flatnonzero(quoted)
+        rows = np.searchsorted(text_end, found)
+        inside = text_start[rows] <= found
+        for row in np.unique(rows[inside]).tolist():
+            if text_end[row] - text_start[row] == 5:
+                dont_care[row] = True
+            else:
+                text = data[text_start[row] : text_end[row]].tobytes().decode("utf-8")
+                dont_care[row] = _is_dont_care(text)
+    return np.split(values, split_at), np.split(dont_care, split_at)
+
+
+def _integers_between(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
+    """Values of the ``-?[0-9]+`` fields ``data[starts[i]:ends[i]]`` (digit columns, Horner)."""
+    first_digit = starts + (data[starts] == ord("-"))
+    longest = int((ends - first_digit).max(initial=0))
+    if longest > _LONGEST_INTEGER:
+        return None
+    values = np.zeros(starts.size)
+    for column in range(longest):
+        position = ends - longest + column
+        present = position >= first_digit
+        digit = data[np.maximum(position, 0)] - ord("0")
+        values = np.where(present, values * 10.0 + digit, values)
+    return np.where(first_digit > starts, -values, values)
 
 
 def _check_and_build(
@@ -233,7 +339,9 @@ def _check_and_build(
         rows = slice(first_row[index], first_row[index] + len(item.values))
         count = len(item.values)
         dont_care = np.zeros(count, dtype=bool)
-        if ground_truth:
+        if item.dont_care is not None:
+            dont_care = item.dont_care
+        elif ground_truth:
             dont_care = np.array([_is_dont_care(text) for text in item.extra], dtype=bool)
         scores = np.zeros(count)
         if confidences and not ground_truth:
@@ -268,30 +376,39 @@ def parse_samples(
         kind, pattern, message = "det_confidence", _DET_LINE_CONFIDENCE, DET_CONFIDENCE_FORMAT
     else:
         kind, pattern, message = "det", _DET_LINE, DET_FORMAT
+    texts = [decode(raw).replace("\r", "") for raw in entries.values()]
+    if not confidences:
+        at_once = _all_lines_at_once(texts, ground_truth)
+        if at_once is not None:
+            parsed = [
+                _Parsed(key, values, None, text, flags)
+                for key, text, values, flags in zip(entries, texts, *at_once, strict=True)
+            ]
+            return _check_and_build(parsed, ground_truth, confidences, lenient, notes)
     result: dict[str, SampleQuads] = {}
-    pending: list[tuple[str, str, list[str], list[str]]] = []
+    pending: list[tuple[str, str, list[str], str, int]] = []
 
     def settle() -> None:
-        numbers = _numbers(",".join(joined for _, joined, _, _ in pending if joined))
+        numbers = _numbers(",".join(item[1] for item in pending if item[1]))
         numbers = numbers.reshape(-1, 4, 2)
         parsed, start = [], 0
-        for key, _, extra, lines in pending:
-            parsed.append(_Parsed(key, numbers[start : start + len(lines)], extra, lines))
-            start += len(lines)
+        for key, _, extra, text, count in pending:
+            parsed.append(_Parsed(key, numbers[start : start + count], extra, text))
+            start += count
         result.update(_check_and_build(parsed, ground_truth, confidences, lenient, notes))
         pending.clear()
 
-    for key, raw in entries.items():
-        text = decode(raw).replace("\r", "")
+    for key, text in zip(entries, texts, strict=True):
         fast = _fast_lines(text, kind)
         if fast is not None:
-            pending.append((key, *fast))
+            joined, extra, lines = fast
+            pending.append((key, joined, extra, text, len(lines)))
             continue
         settle()  # the files before this one are checked first, as the script goes in order
         values, extra, lines = _lines_one_by_one(
             key, text, pattern, message, ground_truth, confidences, lenient, notes
         )
-        parsed = [_Parsed(key, values, extra, lines)]
+        parsed = [_Parsed(key, values, extra, text)]
         result.update(_check_and_build(parsed, ground_truth, confidences, lenient, notes))
     settle()
     return {key: result[key] for key in entries}
