@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import warnings
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +30,8 @@ PROTOCOLS = ("official", "db")
 
 
 def _as_folder(location: Path, scratch: Path, role: str) -> Path:
+    import zipfile
+
     if location.is_dir():
         return location
     if not location.is_file():
@@ -44,6 +44,8 @@ def _as_folder(location: Path, scratch: Path, role: str) -> Path:
 
 def evaluate_db(gt_location: Path, submission_location: Path, *, strict: bool = False) -> dict:
     """DBNet-style scores (invalid polygons skipped) of zips or folders; see :mod:`icdar_eval`."""
+    import tempfile
+
     from vramkit.tasks.text_detection.icdar_eval import evaluate_folders
 
     with tempfile.TemporaryDirectory() as scratch:

@@ -29,10 +29,10 @@ line has passed, and an unexpected confidence column is dropped.
 
 from __future__ import annotations
 
+import functools
 import re
 import zipfile
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -47,24 +47,32 @@ _SPACE = r"[^\S\n]*"
 _COORD = _SPACE + r"(-?[0-9]+)" + _SPACE
 _COORDS = ",".join([_COORD] * 8)
 _CONFIDENCE = r"," + _SPACE + r"([0-1].?[0-9]*)" + _SPACE
-_GT_LINE = re.compile(r"^" + _COORDS + r",(.*)$", re.MULTILINE)
-_DET_LINE = re.compile(r"^" + _COORDS + r"$", re.MULTILINE)
-_DET_LINE_CONFIDENCE = re.compile(r"^" + _COORDS + _CONFIDENCE + r"$", re.MULTILINE)
+_GT_LINE = r"^" + _COORDS + r",(.*)$"
+_DET_LINE = r"^" + _COORDS + r"$"
+_DET_LINE_CONFIDENCE = r"^" + _COORDS + _CONFIDENCE + r"$"
 # The same patterns with the eight coordinates in one group, for the fast path: one findall
 # per file and one numeric conversion of all its coordinates.
 _ONE_COORD = _SPACE + r"-?[0-9]+" + _SPACE
 _COORD_BLOCK = r"(" + ",".join([_ONE_COORD] * 8) + r")"
 _FAST = {
-    "gt": re.compile(r"^" + _COORD_BLOCK + r",(.*)$", re.MULTILINE),
-    "det": re.compile(r"^" + _COORD_BLOCK + r"()$", re.MULTILINE),
-    "det_confidence": re.compile(r"^" + _COORD_BLOCK + _CONFIDENCE + r"$", re.MULTILINE),
+    "gt": r"^" + _COORD_BLOCK + r",(.*)$",
+    "det": r"^" + _COORD_BLOCK + r"()$",
+    "det_confidence": r"^" + _COORD_BLOCK + _CONFIDENCE + r"$",
 }
 # Lenient mode: any decimal number as a coordinate, and an optional trailing confidence.
 _NUMBER = _SPACE + r"([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)" + _SPACE
 _LENIENT_COORDS = ",".join([_NUMBER] * 8)
-_LENIENT_GT_LINE = re.compile(r"^" + _LENIENT_COORDS + r",(.*)$")
-_LENIENT_DET_LINE = re.compile(r"^" + _LENIENT_COORDS + r"(?:" + _CONFIDENCE + r")?$")
-_QUOTED = re.compile(r'^\s*"(.*)"\s*$')
+_LENIENT_GT_LINE = r"^" + _LENIENT_COORDS + r",(.*)$"
+_LENIENT_DET_LINE = r"^" + _LENIENT_COORDS + r"(?:" + _CONFIDENCE + r")?$"
+_QUOTED = r'^\s*"(.*)"\s*$'
+
+
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern:
+    """Patterns are compiled on first use: most runs read every line with array operations and
+    never need them, and compiling them all costs more than a tenth of such a run."""
+    return re.compile(pattern, re.MULTILINE)
+
 
 GT_FORMAT = "Format incorrect. Should be: x1,y1,x2,y2,x3,y3,x4,y4,transcription"
 DET_FORMAT = "Format incorrect. Should be: x1,y1,x2,y2,x3,y3,x4,y4"
@@ -83,21 +91,21 @@ class RrcRefusal(ValueError):
     """Input the official script refuses; the message is the script's reason."""
 
 
-@dataclass
 class SampleQuads:
     """The quads of one file: (n, 4, 2) float64 integer-valued px, and per-quad extras."""
 
-    quads: np.ndarray
-    dont_care: np.ndarray  # (n,) bool, ground truth only
-    confidences: np.ndarray  # (n,) float64, submissions with confidences only
+    def __init__(self, quads: np.ndarray, dont_care: np.ndarray, confidences: np.ndarray) -> None:
+        self.quads = quads
+        self.dont_care = dont_care  # (n,) bool, ground truth only
+        self.confidences = confidences  # (n,) float64, submissions with confidences only
 
 
-@dataclass
 class LenientNotes:
     """What lenient mode accepted that the official script refuses, counted by kind."""
 
-    counts: Counter = field(default_factory=Counter)
-    first: dict[str, str] = field(default_factory=dict)  # kind -> first "sample: line" seen
+    def __init__(self) -> None:
+        self.counts: Counter = Counter()
+        self.first: dict[str, str] = {}  # kind -> first "sample: line" seen
 
     def add(self, kind: str, where: str, number: int = 1) -> None:
         """Count ``number`` lines of ``kind``; the first place is kept for the warning."""
@@ -113,7 +121,7 @@ def decode(raw: bytes) -> str:
 
 def strip_quotes(transcription: str) -> str:
     """The script's transcription rule: surrounding double quotes removed, escapes undone."""
-    quoted = _QUOTED.match(transcription)
+    quoted = _compiled(_QUOTED).match(transcription)
     if quoted is None:
         return transcription
     return quoted.group(1).replace("\\\\", "\\").replace('\\"', '"')
@@ -133,7 +141,7 @@ def clockwise_sums(quads: np.ndarray) -> np.ndarray:
 def _fast_lines(text: str, kind: str) -> tuple[str, list[str], list[str]] | None:
     """(coordinates joined by commas, last column, lines) when every non-empty line passes."""
     lines = [line for line in text.split("\n") if line]
-    found = _FAST[kind].findall(text)
+    found = _compiled(_FAST[kind]).findall(text)
     if len(found) != len(lines):
         return None
     if not found:
@@ -142,7 +150,7 @@ def _fast_lines(text: str, kind: str) -> tuple[str, list[str], list[str]] | None
     return ",".join(coordinates), list(extra), lines
 
 
-_INTEGER_CHARACTERS = re.compile(r"[-0-9,]*")
+_INTEGER_CHARACTERS = r"[-0-9,]*"
 _LONGEST_INTEGER = 10  # digits; longer numbers exceed int32 and take the general path
 
 
@@ -153,7 +161,7 @@ def _comma_separated_integers(joined: str) -> np.ndarray | None:
     read digit column by digit column (Horner's rule, right-aligned). Whitespace and numbers of
     more than 10 digits take the general path.
     """
-    if not _INTEGER_CHARACTERS.fullmatch(joined):
+    if not _compiled(_INTEGER_CHARACTERS).fullmatch(joined):
         return None
     data = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
     separators = np.flatnonzero(data == ord(","))
@@ -188,13 +196,20 @@ def _is_dont_care(transcription: str) -> bool:
     return '"###"' in transcription and strip_quotes(transcription) == DONT_CARE
 
 
-@dataclass
 class _Parsed:
-    key: str
-    values: np.ndarray  # (n, 4, 2)
-    extra: list[str] | None  # last column per line (transcription or confidence)
-    text: str
-    dont_care: np.ndarray | None = None  # ground truth read all at once: flags, not texts
+    def __init__(
+        self,
+        key: str,
+        values: np.ndarray,
+        extra: list[str] | None,
+        text: str,
+        dont_care: np.ndarray | None = None,
+    ) -> None:
+        self.key = key
+        self.values = values  # (n, 4, 2)
+        self.extra = extra  # last column per line (transcription or confidence)
+        self.text = text
+        self.dont_care = dont_care  # ground truth read all at once: flags, not texts
 
     @property
     def lines(self) -> list[str]:
@@ -417,7 +432,7 @@ def parse_samples(
 def _lines_one_by_one(
     sample: str,
     text: str,
-    pattern: re.Pattern,
+    pattern: str,
     message: str,
     ground_truth: bool,
     confidences: bool,
@@ -431,10 +446,10 @@ def _lines_one_by_one(
     for line in text.split("\n"):
         if not line:
             continue
-        match = pattern.fullmatch(line)
+        match = _compiled(pattern).fullmatch(line)
         if match is None and lenient:
             lenient_pattern = _LENIENT_GT_LINE if ground_truth else _LENIENT_DET_LINE
-            match = lenient_pattern.fullmatch(line)
+            match = _compiled(lenient_pattern).fullmatch(line)
             if match is not None and notes is not None:
                 where = f"{sample}: {line}"
                 if not all(re.fullmatch(r"-?[0-9]+", v.strip()) for v in match.groups()[:8]):

@@ -26,9 +26,12 @@ done for all pairs at once in numpy. Where a decision lies within rounding of it
 
 from __future__ import annotations
 
-from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 # Clipped areas agree with exact arithmetic to about 1e-15 of the squared extent of the pair;
 # a decision within this much larger margin is recomputed exactly.
@@ -273,11 +276,14 @@ def _clip_convex(subject: list, clip: list) -> list:
 
 
 def _exact_area(points: list) -> Fraction:
-    return abs(_exact_area_signed(points)) / 2
+    twice = _exact_area_signed(points)
+    return abs(twice) / 2 if twice else 0  # int 0, not 0.0: sums stay exact
 
 
 def exact_intersection_area(first: np.ndarray, second: np.ndarray) -> Fraction:
     """The even-odd intersection area (px²) of two quads, in exact rational arithmetic."""
+    from fractions import Fraction  # rarely needed: imported here to keep start-up short
+
     quads = [
         [(Fraction(float(x)), Fraction(float(y))) for x, y in np.asarray(quad, dtype=np.float64)]
         for quad in (first, second)
@@ -296,7 +302,7 @@ def exact_intersection_area(first: np.ndarray, second: np.ndarray) -> Fraction:
 
 
 def _exact_area_signed(points: list) -> Fraction:
-    total = Fraction(0)
+    total = 0
     for index, here in enumerate(points):
         following = points[(index + 1) % len(points)]
         total += here[0] * following[1] - here[1] * following[0]

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -57,14 +56,12 @@ _PAIRS_PER_BLOCK = 200_000
 _PRUNE_SLACK = 1e-9
 
 
-@dataclass
 class QuadSet:
     """Quads of many images, concatenated image by image in evaluation order."""
 
-    quads: np.ndarray  # (n, 4, 2) float64, integer-valued px
-    image: np.ndarray  # (n,) int64, the image of each quad, non-decreasing
-
-    def __post_init__(self) -> None:
+    def __init__(self, quads: np.ndarray, image: np.ndarray) -> None:
+        self.quads = quads  # (n, 4, 2) float64, integer-valued px
+        self.image = image  # (n,) int64, the image of each quad, non-decreasing
         self.areas = polygon_library_areas(self.quads)
         self.pieces = even_odd_pieces(self.quads)
         vertices, weights = self.pieces
@@ -77,8 +74,7 @@ class QuadSet:
         self.bounds = np.concatenate([self.quads.min(axis=1), self.quads.max(axis=1)], axis=1)
 
 
-@dataclass
-class OfficialCounts:
+class OfficialCounts(NamedTuple):
     """What the script sums: per-image matches and the care counts, plus per-detection flags."""
 
     matched: np.ndarray  # (images,) int64
@@ -202,6 +198,8 @@ class _Unsure:
 
     def inside_dont_care(self, gt_quad: np.ndarray, det_quad: np.ndarray, det_area: float) -> bool:
         """``area(gt & det) / area(det) > 0.5`` (``det_area`` > 0)."""
+        from fractions import Fraction  # rarely needed: imported here to keep start-up short
+
         self.decided += 1
         exact = exact_intersection_area(gt_quad, det_quad)
         self.ties += exact == Fraction(det_area) * Fraction(AREA_PRECISION_THRESHOLD)
