@@ -235,11 +235,12 @@ def _all_lines_at_once(
     if not texts:
         return [], []
     data = np.frombuffer(("\n".join(texts) + "\n").encode("utf-8"), dtype=np.uint8)
-    newline = np.flatnonzero(data == ord("\n"))
+    is_newline = data == ord("\n")
+    newline = np.flatnonzero(is_newline)
     line_start = np.concatenate(([0], newline[:-1] + 1))
     nonempty = newline > line_start
     comma_at = np.flatnonzero(data == ord(","))
-    comma_line = np.searchsorted(newline, comma_at)
+    comma_line = np.cumsum(is_newline, dtype=np.int32)[comma_at]
     commas = np.bincount(comma_line, minlength=newline.size)
     rank = np.arange(comma_at.size) - (np.cumsum(commas) - commas)[comma_line]
     coordinate_end = newline.copy()
@@ -250,29 +251,24 @@ def _all_lines_at_once(
     elif (commas[nonempty] != 7).any():
         return None
     starts, ends = line_start[nonempty], coordinate_end[nonempty]
-    marks = np.zeros(data.size + 1, dtype=np.int64)
-    marks[starts] += 1
-    marks[ends] -= 1
-    in_field = np.cumsum(marks[:-1]) > 0
-    if not _COORDINATE_BYTES[data[in_field]].all():
+    marks = np.zeros(data.size + 1, dtype=np.int8)
+    marks[starts] = 1
+    marks[ends] = -1
+    in_field = np.cumsum(marks[:-1], dtype=np.int8) > 0
+    field_bytes = data[in_field]
+    if not _COORDINATE_BYTES[field_bytes].all():
         return None
-    digit = (data >= ord("0")) & (data <= ord("9"))
-    next_digit = np.concatenate((digit[1:], [False]))
-    previous_digit = np.concatenate(([False], digit[:-1]))
-    next_byte = np.concatenate((data[1:], [ord("\n")]))
-    previous_byte = np.concatenate(([ord(",")], data[:-1]))
-    field_start = np.zeros(data.size, dtype=bool)
-    field_start[starts] = True
-    minus = in_field & (data == ord("-"))
-    comma = in_field & (data == ord(","))
-    bad_minus = minus & ~((field_start | (previous_byte == ord(","))) & next_digit)
-    bad_comma = comma & ~(previous_digit & (next_digit | (next_byte == ord("-"))))
-    if bad_minus.any() or bad_comma.any() or not digit[ends - 1].all():
-        return None
+    # The fields are split at their first 7 commas, so each field is -?[0-9]+ when it is not
+    # empty, a minus sign can only lead it, and a leading minus has a digit after it.
     inner = comma_at[rank < 7].reshape(-1, 7)
-    token_end = np.concatenate([inner, ends[:, None]], axis=1)
-    token_start = np.concatenate([starts[:, None], inner + 1], axis=1)
-    values = _integers_between(data, token_start.reshape(-1), token_end.reshape(-1))
+    token_end = np.concatenate([inner, ends[:, None]], axis=1).reshape(-1)
+    token_start = np.concatenate([starts[:, None], inner + 1], axis=1).reshape(-1)
+    leading_minus = data[np.minimum(token_start, data.size - 1)] == ord("-")
+    if (token_end - token_start - leading_minus < 1).any():
+        return None
+    if int((field_bytes == ord("-")).sum()) != int(leading_minus.sum()):
+        return None
+    values = _integers_between(data, token_start, token_end)
     if values is None:
         return None
     values = values.reshape(-1, 4, 2)
