@@ -130,7 +130,7 @@ def _metrics(stdout: str) -> dict:
 
 
 def run(
-    images: int = 500, gt_count: int = 100, det_count: int = 100, seed: int = 0, repeats: int = 3
+    images: int = 500, gt_count: int = 100, det_count: int = 100, seed: int = 0, repeats: int = 5
 ) -> dict:
     """Time both command lines on generated zips; raise if their metrics differ."""
     with tempfile.TemporaryDirectory() as scratch:
