@@ -291,7 +291,7 @@ def _all_lines_at_once(
         found = np.flatnonzero(quoted)
         rows = np.searchsorted(text_end, found)
         inside = text_start[rows] <= found
-        for row in np.unique(rows[inside]).tolist():
+        for row in sorted(set(rows[inside].tolist())):
             if text_end[row] - text_start[row] == 5:
                 dont_care[row] = True
             else:

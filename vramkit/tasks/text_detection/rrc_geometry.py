@@ -159,6 +159,11 @@ def _segment_inside_spans(
     return np.where(inside, cross, 0.0).sum(axis=0)
 
 
+# Pairs per numpy pass of the overlap kernel: its temporaries stay small enough to be reused
+# from the heap instead of being mapped afresh (page faults cost as much as the arithmetic).
+_OVERLAP_CHUNK = 8192
+
+
 def convex_overlap_areas(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """(K,) areas (px²) of ``first[k] ∩ second[k]`` for convex polygons (K, V, 2), any orientation.
 
@@ -166,6 +171,13 @@ def convex_overlap_areas(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     the other (Cyrus-Beck clipping of each edge), with fixed shapes and no vertex lists to
     compact, which keeps it a few numpy passes over all pairs.
     """
+    if len(first) > _OVERLAP_CHUNK:
+        return np.concatenate(
+            [
+                convex_overlap_areas(first[i : i + _OVERLAP_CHUNK], second[i : i + _OVERLAP_CHUNK])
+                for i in range(0, len(first), _OVERLAP_CHUNK)
+            ]
+        )
     if len(first) == 0:
         return np.zeros(0)
     origin = second[:, :1, :]

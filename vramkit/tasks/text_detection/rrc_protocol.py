@@ -51,7 +51,7 @@ from vramkit.tasks.text_detection.rrc_geometry import (
 IOU_THRESHOLD = 0.5
 AREA_PRECISION_THRESHOLD = 0.5
 # Pairs generated per block: bounds the memory of the all-pairs pruning (about 100 B a pair).
-_PAIRS_PER_BLOCK = 200_000
+_PAIRS_PER_BLOCK = 50_000
 # Box bounds are exact up to float rounding; this relative slack keeps borderline pairs.
 _PRUNE_SLACK = 1e-9
 
@@ -86,36 +86,47 @@ class OfficialCounts(NamedTuple):
     threshold_ties: int  # of those, pairs exactly on the threshold, decided by GPC's rounding
 
 
-def _x_overlapping_pairs(
+def _sweep_windows(
+    first: QuadSet, first_rows: np.ndarray, second: QuadSet, second_rows: np.ndarray, axis: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Second-side rows sorted by (image, low edge on ``axis``), and each first row's window.
+
+    A partner's low edge lies between the first box's low edge minus the longest second-side
+    extent of its image and the first box's high edge (touching included).
+    """
+    images = int(max(first.image.max(initial=0), second.image.max(initial=0))) + 1
+    # Integer keys (image, coordinate): coordinates are int32 values, so 2**33 separates images.
+    shift, span = 2**31, 2**33
+    low_edge = second.bounds[second_rows, axis].astype(np.int64)
+    extent = second.bounds[second_rows, axis + 2].astype(np.int64) - low_edge
+    image = second.image[second_rows]
+    keys = image * span + low_edge + shift
+    order = np.argsort(keys, kind="stable")
+    keys, sorted_rows = keys[order], second_rows[order]
+    longest = np.zeros(images, dtype=np.int64)
+    np.maximum.at(longest, image, extent)
+    first_image = first.image[first_rows]
+    base = first_image * span + shift
+    first_low = first.bounds[first_rows, axis].astype(np.int64)
+    first_high = first.bounds[first_rows, axis + 2].astype(np.int64)
+    low = np.searchsorted(keys, base + first_low - longest[first_image], side="left")
+    high = np.searchsorted(keys, base + first_high, side="right")
+    return sorted_rows, low, high
+
+
+def _overlapping_pairs(
     first: QuadSet, first_rows: np.ndarray, second: QuadSet, second_rows: np.ndarray
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Pairs (i, j) of one image whose boxes overlap in x (touching included), in blocks.
+    """Pairs (i, j) of one image whose boxes overlap along x or y (the axis giving fewer pairs).
 
-    The second side is sorted by (image, left edge); for each box of the first side the partners
-    lie between its left edge minus the widest second-side box of its image and its right edge,
-    found with two binary searches. Pairs come in first-side order, not sorted within.
+    A sweep along one axis: the second side sorted by (image, low edge), each first box's
+    partners found with two binary searches. Pairs come in blocks, in first-side order, not
+    sorted within. Both axes are tried (binary searches only) and the tighter one is used.
     """
     if first_rows.size == 0 or second_rows.size == 0:
         return
-    images = int(max(first.image.max(initial=0), second.image.max(initial=0))) + 1
-    # Integer keys (image, x): coordinates are int32 values, so 2**33 separates the images.
-    shift, span = 2**31, 2**33
-    left = second.bounds[second_rows, 0].astype(np.int64)
-    width = (second.bounds[second_rows, 2] - second.bounds[second_rows, 0]).astype(np.int64)
-    image = second.image[second_rows]
-    keys = image * span + left + shift
-    order = np.argsort(keys, kind="stable")
-    keys, sorted_rows = keys[order], second_rows[order]
-    widest = np.zeros(images, dtype=np.int64)
-    np.maximum.at(widest, image, width)
-    first_image = first.image[first_rows]
-    base = first_image * span + shift
-    low = np.searchsorted(
-        keys,
-        base + first.bounds[first_rows, 0].astype(np.int64) - widest[first_image],
-        side="left",
-    )
-    high = np.searchsorted(keys, base + first.bounds[first_rows, 2].astype(np.int64), side="right")
+    windows = [_sweep_windows(first, first_rows, second, second_rows, axis) for axis in (0, 1)]
+    sorted_rows, low, high = min(windows, key=lambda window: int((window[2] - window[1]).sum()))
     counts = high - low
     cumulative = np.cumsum(counts)
     start = 0
@@ -155,7 +166,7 @@ def _candidates(
     intersection is the box overlap and the even-odd area of either side.
     """
     found_g, found_d = [], []
-    for g, d in _x_overlapping_pairs(gt, gt_rows, det, det_rows):
+    for g, d in _overlapping_pairs(gt, gt_rows, det, det_rows):
         bound = np.minimum(
             _box_overlap(gt.bounds[g], det.bounds[d]), np.minimum(gt.filled[g], det.filled[d])
         )
@@ -170,13 +181,11 @@ def _candidates(
     return g[order], d[order]
 
 
-def polygon_library():
-    """The Polygon library (Polygon3) if installed, else None: the script's own geometry."""
-    try:
-        import Polygon
-    except ImportError:
-        return None
-    return Polygon
+def has_polygon_library() -> bool:
+    """Whether the Polygon library (Polygon3), the script's own geometry, is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("Polygon") is not None
 
 
 class _Unsure:
@@ -185,15 +194,16 @@ class _Unsure:
     def __init__(self, tie_breaker: str) -> None:
         if tie_breaker not in ("auto", "polygon", "exact"):
             raise ValueError(f"tie_breaker {tie_breaker!r}: expected auto, polygon or exact")
-        library = None if tie_breaker == "exact" else polygon_library()
-        if tie_breaker == "polygon" and library is None:
+        self.use_library = tie_breaker != "exact" and has_polygon_library()
+        if tie_breaker == "polygon" and not self.use_library:
             raise ImportError("tie_breaker='polygon' needs Polygon3: pip install vramkit[official]")
-        self.library = library
         self.decided = 0
         self.ties = 0
 
     def _polygon_intersection(self, first: np.ndarray, second: np.ndarray) -> float:
-        both = self.library.Polygon(first) & self.library.Polygon(second)
+        import Polygon  # only for the rare pairs on a threshold: keeps start-up short
+
+        both = Polygon.Polygon(first) & Polygon.Polygon(second)
         return 0.0 if len(both) == 0 else both.area()
 
     def inside_dont_care(self, gt_quad: np.ndarray, det_quad: np.ndarray, det_area: float) -> bool:
@@ -203,7 +213,7 @@ class _Unsure:
         self.decided += 1
         exact = exact_intersection_area(gt_quad, det_quad)
         self.ties += exact == Fraction(det_area) * Fraction(AREA_PRECISION_THRESHOLD)
-        if self.library is not None:
+        if self.use_library:
             inter = self._polygon_intersection(gt_quad, det_quad)
             return inter / det_area > AREA_PRECISION_THRESHOLD
         return exact > Fraction(det_area) * Fraction(AREA_PRECISION_THRESHOLD)
@@ -213,7 +223,7 @@ class _Unsure:
         self.decided += 1
         exact = exact_intersection_area(det_quad, gt_quad)
         self.ties += exact == total or 3 * exact == total
-        if self.library is not None:
+        if self.use_library:
             inter = self._polygon_intersection(det_quad, gt_quad)
             union = total - inter
             return union != 0 and inter / union > IOU_THRESHOLD
@@ -222,7 +232,7 @@ class _Unsure:
 
 def counts_library(tie_breaker: str) -> bool:
     """Whether ``tie_breaker`` decides with the Polygon library."""
-    return tie_breaker == "polygon" or (tie_breaker == "auto" and polygon_library() is not None)
+    return tie_breaker == "polygon" or (tie_breaker == "auto" and has_polygon_library())
 
 
 def _dont_care_detections(
