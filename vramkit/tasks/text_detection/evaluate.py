@@ -78,8 +78,28 @@ def evaluate(
     )
 
 
+def _keep_freed_memory() -> None:
+    """Let glibc keep freed memory for reuse instead of handing it back to the system.
+
+    The evaluation's numpy temporaries (a few MB each) are otherwise unmapped when freed and
+    faulted in again on the next allocation: on a 500-image submission that was 39k page faults
+    and a fifth of the command's CPU time. ``mallopt`` (glibc, ``man 3 mallopt``): raise
+    ``M_MMAP_THRESHOLD`` (-3) to its 32 MiB maximum on 64-bit and ``M_TRIM_THRESHOLD`` (-1).
+    Elsewhere (no glibc) nothing changes.
+    """
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, 32 * 2**20)
+    mallopt(-1, 256 * 2**20)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: one JSON line on stdout; a refusal exits with status 2."""
+    _keep_freed_memory()
     parser = argparse.ArgumentParser(
         prog="python -m vramkit.tasks.text_detection.evaluate",
         description="ICDAR 2015 text localisation scores (official RRC script or DB protocol).",
