@@ -44,8 +44,10 @@ def polygon_library_areas(quads: np.ndarray) -> np.ndarray:
     Exact for integer coordinates below 2**25 px, as the script's int32 points are in practice.
     """
     x, y = quads[..., 0], quads[..., 1]
-    following_x, following_y = np.roll(x, -1, axis=1), np.roll(y, -1, axis=1)
-    return 0.5 * np.abs(((x + following_x) * (following_y - y)).sum(axis=1))
+    twice = (x[:, 3] + x[:, 0]) * (y[:, 0] - y[:, 3])
+    for i in range(3):  # element-wise: a sum over an axis of length 4 is slower in numpy
+        twice = twice + (x[:, i] + x[:, i + 1]) * (y[:, i + 1] - y[:, i])
+    return 0.5 * np.abs(twice)
 
 
 def _orientation(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
