@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.tasks.text_detection.rrc_reference import run_reference
+from vramkit.tasks.text_detection import rrc_files as rf
 from vramkit.tasks.text_detection.rrc_files import RrcRefusal, clockwise_sums
 from vramkit.tasks.text_detection.rrc_protocol import evaluate_entries
 
@@ -183,3 +184,39 @@ def test_a_tie_exactly_at_the_threshold_is_decided_by_the_polygon_librarys_round
     exact = _evaluate(gt, subm, tie_breaker="exact")
     assert exact["matched"] == 0 and exact["threshold_ties"] == 1
     assert _evaluate(gt, subm, tie_breaker="polygon")["matched"] == 1
+
+
+FIELDS = ["0", "7", "-3", "12", "007", "-0", "1.5", " 4", "4 ", "", "-", "--2", "3-", "+1", "x"]
+
+
+@pytest.mark.parametrize("ground_truth", [True, False])
+def test_reading_all_lines_at_once_agrees_with_the_scripts_patterns(ground_truth: bool) -> None:
+    # The byte-level fast path must accept exactly the lines the script's patterns accept (or
+    # hand them over to the patterns), with the same numbers and don't-care flags.
+    rng = np.random.default_rng(7)
+    tails = [",word", ",###", ',"###"', ', "###" ', ",### ", ",a,b", ""] if ground_truth else [""]
+    accepted = 0
+    for _ in range(300):
+        lines = []
+        for _ in range(rng.integers(1, 4)):
+            fields = [
+                FIELDS[i] if rng.random() < 0.15 else str(rng.integers(-9, 99))
+                for i in rng.integers(len(FIELDS), size=8)
+            ]
+            count = 8 + (rng.random() < 0.05) - (rng.random() < 0.05)
+            lines.append(",".join(fields[:count]) + tails[rng.integers(len(tails))])
+        text = "\n".join(lines) + ("\n\n" if rng.random() < 0.3 else "")
+        at_once = rf._all_lines_at_once([text], ground_truth)
+        kind = "gt" if ground_truth else "det"
+        by_pattern = rf._fast_lines(text, kind)
+        if at_once is None:
+            continue
+        accepted += 1
+        assert by_pattern is not None, text
+        joined, extra, _ = by_pattern
+        values = np.array(joined.split(","), dtype=np.float64).reshape(-1, 4, 2)
+        assert np.array_equal(at_once[0][0], values), text
+        if ground_truth:
+            expected = [rf.strip_quotes(t) == rf.DONT_CARE for t in extra]
+            assert at_once[1][0].tolist() == expected, text
+    assert accepted >= 30, accepted
