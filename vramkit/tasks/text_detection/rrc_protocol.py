@@ -21,7 +21,7 @@ expression, so the decision is the script's), else in exact rational arithmetic.
 only where the real value sits exactly on the threshold and the intersection has vertices that
 are not integers: GPC's rounding then decides (IoU 26/3 / 52/3 = 0.5 exactly comes out as
 0.5000000000000001 and matches). Such pairs are counted under ``threshold_ties``; in the seeded
-replay test on small-grid quads they changed 1 case of 400.
+replay test (278 compared cases on small-grid quads) 16 such pairs changed 1 case.
 """
 
 from __future__ import annotations
