@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -184,6 +186,21 @@ def test_a_tie_exactly_at_the_threshold_is_decided_by_the_polygon_librarys_round
     exact = _evaluate(gt, subm, tie_breaker="exact")
     assert exact["matched"] == 0 and exact["threshold_ties"] == 1
     assert _evaluate(gt, subm, tie_breaker="polygon")["matched"] == 1
+
+
+def test_a_tie_decided_by_the_library_leaves_the_evaluating_process_a_clean_exit() -> None:
+    # Polygon3 aborts any process that imported it when that process exits (exit status 134).
+    script = (
+        "import sys\n"
+        "from vramkit.tasks.text_detection.rrc_protocol import evaluate_entries\n"
+        "gt = {'1': b'20,11,26,11,26,13,20,13,word'}\n"
+        "subm = {'1': b'21,10,25,11,27,11,21,15'}\n"
+        "assert evaluate_entries(gt, subm, tie_breaker='polygon')['matched'] == 1\n"
+        "assert 'Polygon' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Fatal Python error" not in done.stderr
 
 
 FIELDS = ["0", "7", "-3", "12", "007", "-0", "1.5", " 4", "4 ", "", "-", "--2", "3-", "+1", "x"]

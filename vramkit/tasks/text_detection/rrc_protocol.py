@@ -26,6 +26,8 @@ replay test (278 compared cases on small-grid quads) 16 such pairs changed 1 cas
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.pool
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -193,6 +195,32 @@ def has_polygon_library() -> bool:
     return importlib.util.find_spec("Polygon") is not None
 
 
+_worker: multiprocessing.pool.Pool | None = None
+
+
+def _polygon_worker() -> multiprocessing.pool.Pool:
+    """One spawned process that owns the Polygon library, started at the first tie.
+
+    Polygon3 3.0.9 returns a bool without taking a reference, so any process that imported it
+    aborts while exiting ("Fatal Python error: bool_dealloc", exit status 134 on CPython 3.11).
+    The library therefore never enters this process; multiprocessing terminates its worker at
+    exit instead of letting it finalize.
+    """
+    global _worker
+    if _worker is None:
+        _worker = multiprocessing.get_context("spawn").Pool(1)
+    return _worker
+
+
+def polygon_library_intersection(first: np.ndarray, second: np.ndarray) -> float:
+    """The Polygon library's intersection area (px²) of two quads, as the script computes it;
+    runs in `_polygon_worker`."""
+    import Polygon
+
+    both = Polygon.Polygon(first) & Polygon.Polygon(second)
+    return 0.0 if len(both) == 0 else both.area()
+
+
 class _Unsure:
     """Decides pairs within rounding of a threshold, as the script's float expressions do."""
 
@@ -206,10 +234,7 @@ class _Unsure:
         self.ties = 0
 
     def _polygon_intersection(self, first: np.ndarray, second: np.ndarray) -> float:
-        import Polygon  # only for the rare pairs on a threshold: keeps start-up short
-
-        both = Polygon.Polygon(first) & Polygon.Polygon(second)
-        return 0.0 if len(both) == 0 else both.area()
+        return _polygon_worker().apply(polygon_library_intersection, (first, second))
 
     def inside_dont_care(self, gt_quad: np.ndarray, det_quad: np.ndarray, det_area: float) -> bool:
         """``area(gt & det) / area(det) > 0.5`` (``det_area`` > 0)."""
