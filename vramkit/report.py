@@ -17,7 +17,9 @@ from vramkit.core.report.run_metrics import find_metrics_csv
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0].strip("`"))
-    parser.add_argument("run_dir", type=Path, help="a run folder (the one holding csv/, checkpoints/)")
+    parser.add_argument(
+        "run_dir", type=Path, help="a run folder (the one holding csv/, checkpoints/)"
+    )
     args = parser.parse_args(argv)
     run_dir: Path = args.run_dir
     if not run_dir.is_dir():

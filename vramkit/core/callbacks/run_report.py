@@ -102,7 +102,9 @@ class RunReport(L.Callback):
             pictures = self._task_pictures(trainer, pl_module) if draw_task else []
             self.report_path = build_report(run_dir)
         except Exception as error:  # a finished fit must not fail for its report
-            log.warning("run report not written to %s: %s: %s", run_dir, type(error).__name__, error)
+            log.warning(
+                "run report not written to %s: %s: %s", run_dir, type(error).__name__, error
+            )
             return
         log.info("run report: %s", self.report_path)
         if self.settings.wandb_media and pictures:
@@ -132,6 +134,4 @@ class RunReport(L.Callback):
             if not isinstance(logger, WandbLogger):
                 continue
             for path, title in pictures:
-                logger.log_image(
-                    key=f"report/{path.stem}", images=[str(path)], caption=[title]
-                )
+                logger.log_image(key=f"report/{path.stem}", images=[str(path)], caption=[title])

@@ -71,7 +71,10 @@ _CURVES: list[tuple[str, str, list[tuple[str, Callable[[str], bool]]]]] = [
         "loss",
         [
             ("training loss", lambda n: n == "train/loss" or n == "train/loss_step"),
-            ("training loss terms", lambda n: n.startswith("train/loss_") and n != "train/loss_step"),
+            (
+                "training loss terms",
+                lambda n: n.startswith("train/loss_") and n != "train/loss_step",
+            ),
             ("validation loss", lambda n: n.startswith("val/") and "loss" in n),
         ],
     ),
@@ -79,7 +82,10 @@ _CURVES: list[tuple[str, str, list[tuple[str, Callable[[str], bool]]]]] = [
         "Validation metrics",
         "val_metrics",
         [
-            ("validation", lambda n: n.startswith("val/") and "loss" not in n and "/copy_" not in n),
+            (
+                "validation",
+                lambda n: n.startswith("val/") and "loss" not in n and "/copy_" not in n,
+            ),
             ("references", lambda n: n.startswith("val/") and "/copy_" in n),
             ("other training metrics", lambda n: n.startswith("train/") and "loss" not in n),
         ],
@@ -219,8 +225,9 @@ def _page(run_dir: Path, sections: list[Section]) -> str:
             body.append(f"<ul>{items}</ul>")
         for relative, caption in section.images:
             src = html.escape(relative, quote=True)
+            alt = html.escape(caption, quote=True)
             body.append(
-                f'<figure><a href="{src}"><img src="{src}" alt="{html.escape(caption, quote=True)}">'
+                f'<figure><a href="{src}"><img src="{src}" alt="{alt}">'
                 f"</a><figcaption>{html.escape(caption)}</figcaption></figure>"
             )
         body.append("</section>")

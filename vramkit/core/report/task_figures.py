@@ -17,7 +17,7 @@ TASK_FIGURE_PREFIX = "task_"
 
 @dataclass(frozen=True)
 class ReportFigure:
-    """One task picture: ``name`` is its file stem (letters, digits, ``_``), ``title`` its heading."""
+    """One task picture: ``name`` is its file stem (letters, digits, ``_``), ``title`` a heading."""
 
     name: str
     title: str
