@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import lightning as L
 import numpy as np
 import torch
+from test_grid_module_oom import _batch, _teacher
 
-from tests.tasks.sage.test_grid_module_oom import _batch, _teacher
 from vramkit.core.report.task_figures import DrawsReportFigures
-from vramkit.tasks.sage.report_figures import ARC_COLOURS, _Query
 from vramkit.tasks.sage.grid_tokens import PAD
+from vramkit.tasks.sage.report_figures import ARC_COLOURS, _Query
 
 
 class _Batches(L.LightningDataModule):
