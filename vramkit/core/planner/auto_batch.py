@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from omegaconf import DictConfig
 
 from vramkit.core.hardware.profile import AUTO, HardwareProfile
@@ -46,7 +48,7 @@ def _keep_effective_batch(
 
 
 def resolve_auto_batch_sizes(
-    cfg: DictConfig, profile: HardwareProfile
+    cfg: DictConfig, profile: HardwareProfile, predictions: dict[str, Any] | None = None
 ) -> tuple[int, int, int, list[str]]:
     """Batch sizes for a profile's "auto" fields: (train, val, accumulate_grad_batches, lines).
 
@@ -55,7 +57,10 @@ def resolve_auto_batch_sizes(
     batch must be smaller than the intended effective batch (`hw.target_effective_batch`, else
     the task's `batch_size_defaults.train`), gradient accumulation keeps it. A CPU profile keeps
     the task's `batch_size_defaults`. Explicit (non-"auto") sizes are returned unchanged. The
-    lines say what was chosen and why, for the console.
+    lines say what was chosen and why, for the console. A GPU plan fills ``predictions`` (when
+    given) with the predicted peak of each phase at the chosen sizes, for the run's report:
+    ``{"profile", "precision", "budget_gib", "train": {"batch_size", "accumulate_grad_batches",
+    "peak_gib"}, "val": {"batch_size", "peak_gib"}}``.
     """
     train_auto = profile.batch_size == AUTO
     val_auto = profile.val_batch_size == AUTO
@@ -100,6 +105,22 @@ def resolve_auto_batch_sizes(
         train, accumulate, line = _keep_effective_batch(plan, cfg, profile, plan.train.batch_size)
         if line is not None:
             lines.append(line)
+    if predictions is not None:
+        train_peak = plan.train.peak
+        if (train, accumulate) != (plan.train.batch_size, profile.accumulate_grad_batches):
+            accumulating = plan.setup.replace(accumulate_grad_batches=accumulate)
+            train_peak = plan.planner.measure(TRAIN, train, accumulating).peak
+        predictions.update(
+            profile=profile.name,
+            precision=plan.setup.precision,
+            budget_gib=plan.budget_gib,
+            train={
+                "batch_size": train,
+                "accumulate_grad_batches": accumulate,
+                "peak_gib": train_peak / GIB,
+            },
+            val={"batch_size": plan.val.batch_size, "peak_gib": plan.val.peak / GIB},
+        )
     return train, plan.val.batch_size, accumulate, lines
 
 
