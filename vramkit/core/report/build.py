@@ -106,7 +106,13 @@ _CURVES: list[tuple[str, str, list[tuple[str, Callable[[str], bool]]]]] = [
     (
         "Memory per phase over time",
         "memory",
-        [("memory (GiB)", lambda n: n.startswith("mem/"))],
+        [
+            ("peak per phase (GiB)", lambda n: n.startswith("mem/") and n.endswith("_peak_gib")),
+            (
+                "allocated, reserved or RSS per phase (GiB)",
+                lambda n: n.startswith("mem/") and not n.endswith("_peak_gib"),
+            ),
+        ],
     ),
 ]
 
