@@ -84,8 +84,9 @@ def plot_memory_plan(
     axes.set_xticks(list(positions), phases)
     axes.set_ylabel("GiB")
     axes.set_title("peak memory per phase", fontsize=10)
-    axes.legend(fontsize=8, loc="lower right")
-    axes.margins(y=0.15)
+    tallest = max([*measured_gib.values(), *predicted_gib.values(), budget_gib or 0.0, 1e-3])
+    axes.set_ylim(0, tallest * 1.35)  # room above the bars for the legend
+    axes.legend(fontsize=8, loc="upper left", ncols=3)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=dpi)
