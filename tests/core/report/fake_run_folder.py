@@ -28,7 +28,11 @@ ROWS = [
     "1,,1.3,1.55,,3,,0.75",
 ]
 MEASURED_PEAKS = {"train": 1.3, "val": 1.55}
-PLAN = {"train": {"batch_size": 8, "peak_gib": 1.4}, "val": {"batch_size": 16, "peak_gib": 1.5}}
+# peak_gib counts the CUDA context too; the measured allocator peak compares with max_allocated
+PLAN = {
+    "train": {"batch_size": 8, "peak_gib": 1.9, "max_allocated_gib": 1.4},
+    "val": {"batch_size": 16, "peak_gib": 2.0, "max_allocated_gib": 1.5},
+}
 
 
 def write_fake_run(run_dir: Path, *, plan: bool = True, task_picture: bool = True) -> Path:
@@ -40,7 +44,7 @@ def write_fake_run(run_dir: Path, *, plan: bool = True, task_picture: bool = Tru
         "hw:\n  name: t4\n  accelerator: gpu\n  precision: 16-mixed\n"
     )
     if plan:
-        (run_dir / "memory_plan.json").write_text(json.dumps({**PLAN, "budget_gib": 2.0}))
+        (run_dir / "memory_plan.json").write_text(json.dumps({**PLAN, "budget_gib": 2.5}))
     if task_picture:
         figure = Figure(figsize=(2, 2))
         figure.subplots().imshow([[0, 1], [1, 0]])

@@ -57,7 +57,7 @@ def test_report_has_every_section_and_its_pictures(built):
 def test_memory_section_sets_the_prediction_beside_the_measured_peak(built):
     _, html = built
     for phase in ("train", "val"):
-        predicted, measured = PLAN[phase]["peak_gib"], MEASURED_PEAKS[phase]
+        predicted, measured = PLAN[phase]["max_allocated_gib"], MEASURED_PEAKS[phase]
         error = predicted / measured - 1
         assert (
             f"{phase}: predicted {predicted:.3f} GiB, measured {measured:.3f} GiB ({error:+.1%})"

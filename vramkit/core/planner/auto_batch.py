@@ -60,7 +60,9 @@ def resolve_auto_batch_sizes(
     lines say what was chosen and why, for the console. A GPU plan fills ``predictions`` (when
     given) with the predicted peak of each phase at the chosen sizes, for the run's report:
     ``{"profile", "precision", "budget_gib", "train": {"batch_size", "accumulate_grad_batches",
-    "peak_gib"}, "val": {"batch_size", "peak_gib"}}``.
+    "peak_gib", "max_allocated_gib"}, "val": {"batch_size", "peak_gib", "max_allocated_gib"}}``
+    (``peak_gib`` with the CUDA context and allocator reserve, as the budget counts it;
+    ``max_allocated_gib`` what ``torch.cuda.max_memory_allocated`` should read).
     """
     train_auto = profile.batch_size == AUTO
     val_auto = profile.val_batch_size == AUTO
@@ -106,10 +108,10 @@ def resolve_auto_batch_sizes(
         if line is not None:
             lines.append(line)
     if predictions is not None:
-        train_peak = plan.train.peak
+        train_phase = plan.train
         if (train, accumulate) != (plan.train.batch_size, profile.accumulate_grad_batches):
             accumulating = plan.setup.replace(accumulate_grad_batches=accumulate)
-            train_peak = plan.planner.measure(TRAIN, train, accumulating).peak
+            train_phase = plan.planner.measure(TRAIN, train, accumulating)
         predictions.update(
             profile=profile.name,
             precision=plan.setup.precision,
@@ -117,9 +119,14 @@ def resolve_auto_batch_sizes(
             train={
                 "batch_size": train,
                 "accumulate_grad_batches": accumulate,
-                "peak_gib": train_peak / GIB,
+                "peak_gib": train_phase.peak / GIB,
+                "max_allocated_gib": train_phase.predicted_max_allocated / GIB,
             },
-            val={"batch_size": plan.val.batch_size, "peak_gib": plan.val.peak / GIB},
+            val={
+                "batch_size": plan.val.batch_size,
+                "peak_gib": plan.val.peak / GIB,
+                "max_allocated_gib": plan.val.predicted_max_allocated / GIB,
+            },
         )
     return train, plan.val.batch_size, accumulate, lines
 

@@ -27,8 +27,9 @@ REPORT_NAME = "report.html"
 REPORT_DIR = "report"
 """The folder beside it that holds its PNGs."""
 MEMORY_PLAN = "memory_plan.json"
-"""The planner's prediction for the run (``{"train": {"batch_size", "peak_gib"}, "val": ...,
-"budget_gib", "profile"}``), written by the hardware resolution when it planned."""
+"""The planner's prediction for the run (``{"train": {"batch_size", "peak_gib",
+"max_allocated_gib"}, "val": ..., "budget_gib", "profile"}``), written by the hardware
+resolution when it planned (see `resolve_auto_batch_sizes`)."""
 
 
 @dataclass
@@ -181,8 +182,10 @@ def _memory_section(run_dir: Path, metrics: dict[str, Series]) -> Section:
     if (config.get("hw") or {}).get("accelerator") == "cpu":
         unit = "peak (host RSS)"
     plan = _read_json(run_dir / MEMORY_PLAN)
+    # mem/<phase>_peak_gib is the allocator's peak (max_memory_allocated): set beside it the
+    # prediction of that same reading, not the peak with the CUDA context the budget counts
     predicted = {
-        phase: float(plan[phase]["peak_gib"])
+        phase: float(plan[phase].get("max_allocated_gib", plan[phase]["peak_gib"]))
         for phase in ("train", "val")
         if isinstance(plan.get(phase), dict) and "peak_gib" in plan[phase]
     }
