@@ -38,6 +38,7 @@ class _Regression(L.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         self.log("val/loss", nn.functional.mse_loss(self.layer(batch[0]), batch[1]))
+        self.log("mem/val_peak_gib", 0.5)  # as the memory monitor logs it
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -94,9 +95,13 @@ def test_task_pictures_go_to_wandb_and_the_best_metric_is_its_summary(tmp_path):
     report = RunReport(dirpath=tmp_path, summary_metric="val/loss", summary_mode="min")
     _fit(tmp_path, _Regression(), report, loggers=[CSVLogger(tmp_path, name="csv"), wandb_logger])
     wandb_logger.experiment.define_metric.assert_called_once_with("val/loss", summary="min")
-    (call,) = wandb_logger.log_image.call_args_list
-    assert call.kwargs["key"] == "report/task_line"
-    assert call.kwargs["images"] == [str(tmp_path / "report" / "task_line.png")]
+    sent = {
+        call.kwargs["key"]: call.kwargs["images"] for call in wandb_logger.log_image.call_args_list
+    }
+    assert sent == {
+        "report/task_line": [str(tmp_path / "report" / "task_line.png")],
+        "report/memory_plan": [str(tmp_path / "report" / "memory_plan.png")],
+    }
 
 
 def test_a_bad_setting_is_refused_with_its_key():

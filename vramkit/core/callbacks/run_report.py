@@ -30,7 +30,7 @@ class RunReportSettings:
     samples: int = field(default=3, metadata={"ge": 1, "le": 32})
     """Validation samples of each kind a task picture shows (best, worst, random, ...)."""
     wandb_media: bool = True
-    """Send the task pictures to an active WandB logger as images."""
+    """Send the task pictures (and the planned/measured memory chart) to WandB as images."""
     summary_metric: str | None = None
     """A metric whose best value WandB keeps as the run's summary (define_metric)."""
     summary_mode: Literal["max", "min"] = "max"
@@ -107,6 +107,10 @@ class RunReport(L.Callback):
             )
             return
         log.info("run report: %s", self.report_path)
+        memory = run_dir / REPORT_DIR / "memory_plan.png"
+        if memory.exists():
+            # the one chart WandB cannot draw from the logged metrics: plan beside measurement
+            pictures.append((memory, "peak memory per phase: measured and planned"))
         if self.settings.wandb_media and pictures:
             self._send_to_wandb(trainer, pictures)
 
