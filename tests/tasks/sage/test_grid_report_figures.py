@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import lightning as L
 import numpy as np
 import torch
-from test_grid_module_oom import _batch, _teacher
+from test_grid_module_oom import _batch, _student, _teacher
 
 from vramkit.core.report.task_figures import DrawsReportFigures
 from vramkit.tasks.sage.grid_tokens import PAD
@@ -15,8 +15,12 @@ from vramkit.tasks.sage.report_figures import ARC_COLOURS, _Query
 
 
 class _Batches(L.LightningDataModule):
+    def __init__(self, features: bool = False) -> None:
+        super().__init__()
+        self.features = features
+
     def val_dataloader(self):
-        return [_batch(0), _batch(1), _batch(2)]
+        return [_batch(seed, features=self.features) for seed in range(3)]
 
 
 def test_grid_module_draws_best_worst_and_random_queries():
@@ -44,3 +48,11 @@ def test_cell_accuracy_counts_only_the_answer_cells():
     assert query.cell_accuracy == 0.75
     assert not query.exact
     assert ARC_COLOURS.N == PAD + 1  # one colour per ARC colour, and white for PAD
+
+
+def test_the_distilled_student_draws_its_grids_too():
+    module = _student()
+    module.eval()
+    with torch.no_grad():
+        (figure,) = module.report_figures(SimpleNamespace(datamodule=_Batches(True)), samples=1)
+    assert len(figure.figure.axes) == 3 * 3
