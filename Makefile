@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[dev,nlp]"  # dev brings Polygon3, as the extra "official" does
+	$(PY) -m pip install --quiet -e ".[dev,nlp,tensorboard,mlflow]"  # dev brings Polygon3 (extra "official")
 	touch $(STAMP)
 
 train: install  ## train the default job on the detected hardware (ARGS="+hw=t4 ..." to pass overrides)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -88,3 +89,16 @@ def test_on_a_cpu_auto_keeps_the_task_defaults(caplog):
     profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=CPU)
     assert (profile.batch_size, profile.val_batch_size) == (12, 20)
     assert "memory planner" not in caplog.text
+
+
+def test_a_planned_run_leaves_the_prediction_for_its_report(tmp_path):
+    cfg = task_config(CONV_MODEL, IMAGE_DATA, t4_values(memory_gib=SMALL_T4_GIB), (16, 16))
+    cfg.paths = {"output_dir": str(tmp_path)}
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    written = json.loads((tmp_path / "memory_plan.json").read_text())
+    assert written["profile"] == "t4"
+    assert written["train"]["batch_size"] == profile.batch_size
+    assert written["val"]["batch_size"] == profile.val_batch_size
+    for phase in ("train", "val"):
+        assert 0 < written[phase]["max_allocated_gib"] < written[phase]["peak_gib"]
+        assert written[phase]["peak_gib"] <= written["budget_gib"]

@@ -55,6 +55,9 @@ def test_smoke_run_logs_documented_metrics_to_csv_and_offline_wandb(compose_conf
     assert list((run_dir / "wandb").glob("offline-run-*")), "WandB must run offline by default"
     last = run_dir / "checkpoints" / "last.ckpt"
     assert last.is_file()
+    # every run leaves its report, the task's pictures included
+    report = (run_dir / "report.html").read_text()
+    assert "report/loss.png" in report and "report/task_detections.png" in report
 
     eval_cfg = compose_config(*TINY, f"ckpt_path={last}", config_name="eval")
     eval_cfg.predictions_dir = str(run_dir / "predictions")

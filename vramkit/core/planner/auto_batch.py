@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from omegaconf import DictConfig
 
 from vramkit.core.hardware.profile import AUTO, HardwareProfile
@@ -46,7 +48,10 @@ def _keep_effective_batch(
 
 
 def resolve_auto_batch_sizes(
-    cfg: DictConfig, profile: HardwareProfile, plan: MemoryPlan | None = None
+    cfg: DictConfig,
+    profile: HardwareProfile,
+    plan: MemoryPlan | None = None,
+    predictions: dict[str, Any] | None = None,
 ) -> tuple[int, int, int, list[str]]:
     """Batch sizes for a profile's "auto" fields: (train, val, accumulate_grad_batches, lines).
 
@@ -57,6 +62,12 @@ def resolve_auto_batch_sizes(
     the task's `batch_size_defaults`. Explicit (non-"auto") sizes are returned unchanged. The
     lines say what was chosen and why, for the console. `plan` is this config's plan on
     `profile` when one was made already (the same batch sizes asked for), to trace nothing twice.
+    A GPU plan fills ``predictions`` (when
+    given) with the predicted peak of each phase at the chosen sizes, for the run's report:
+    ``{"profile", "precision", "budget_gib", "train": {"batch_size", "accumulate_grad_batches",
+    "peak_gib", "max_allocated_gib"}, "val": {"batch_size", "peak_gib", "max_allocated_gib"}}``
+    (``peak_gib`` with the CUDA context and allocator reserve, as the budget counts it;
+    ``max_allocated_gib`` what ``torch.cuda.max_memory_allocated`` should read).
     """
     train_auto = profile.batch_size == AUTO
     val_auto = profile.val_batch_size == AUTO
@@ -102,6 +113,27 @@ def resolve_auto_batch_sizes(
         train, accumulate, line = _keep_effective_batch(plan, cfg, profile, plan.train.batch_size)
         if line is not None:
             lines.append(line)
+    if predictions is not None:
+        train_phase = plan.train
+        if (train, accumulate) != (plan.train.batch_size, profile.accumulate_grad_batches):
+            accumulating = plan.setup.replace(accumulate_grad_batches=accumulate)
+            train_phase = plan.planner.measure(TRAIN, train, accumulating)
+        predictions.update(
+            profile=profile.name,
+            precision=plan.setup.precision,
+            budget_gib=plan.budget_gib,
+            train={
+                "batch_size": train,
+                "accumulate_grad_batches": accumulate,
+                "peak_gib": train_phase.peak / GIB,
+                "max_allocated_gib": train_phase.predicted_max_allocated / GIB,
+            },
+            val={
+                "batch_size": plan.val.batch_size,
+                "peak_gib": plan.val.peak / GIB,
+                "max_allocated_gib": plan.val.predicted_max_allocated / GIB,
+            },
+        )
     return train, plan.val.batch_size, accumulate, lines
 
 

@@ -9,6 +9,7 @@ configs read them through interpolation (`${hw.precision}`, `${hw.batch_size}`, 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 from collections.abc import Callable
@@ -279,8 +280,9 @@ def _planned_batch_sizes(
     # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
     from vramkit.core.planner import DoesNotFitError, PlanningError, resolve_auto_batch_sizes
 
+    predictions: dict = {}
     try:
-        train, val, accumulate, lines = resolve_auto_batch_sizes(cfg, profile, plan)
+        train, val, accumulate, lines = resolve_auto_batch_sizes(cfg, profile, plan, predictions)
     except DoesNotFitError:
         raise
     except PlanningError as error:
@@ -288,9 +290,28 @@ def _planned_batch_sizes(
         return profile
     for line in lines:
         _echo(line)
+    if predictions:
+        _write_memory_plan(cfg, predictions)
     return dataclasses.replace(
         profile, batch_size=train, val_batch_size=val, accumulate_grad_batches=accumulate
     )
+
+
+@rank_zero_only
+def _write_memory_plan(cfg: DictConfig, predictions: dict) -> None:
+    """The planner's predicted peaks beside the run's measured ones: report.html draws both."""
+    # Imported here, as the planner is: only GPU runs that plan write the file.
+    from vramkit.core.report.build import MEMORY_PLAN
+
+    try:
+        output_dir = OmegaConf.select(cfg, "paths.output_dir", default=None)
+    except Exception:  # ${hydra:...} outside a Hydra run: no run folder to write into
+        output_dir = None
+    if output_dir is None:
+        return
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / MEMORY_PLAN).write_text(json.dumps(predictions, indent=2) + "\n")
 
 
 def _data_default(cfg: DictConfig, data_key: str, field: str, source: ProfileSource) -> int:

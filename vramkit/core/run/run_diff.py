@@ -56,6 +56,8 @@ _NEUTRAL_PREFIXES = (
     "callbacks.bad_input_report",
     "callbacks.phase_memory_hygiene",
     "callbacks.oom_fault_injection",
+    "callbacks.run_report",  # pictures after the fit
+    "callbacks.model_summary",  # counts one step's FLOPs as it runs; changes no number
     "trainer.default_root_dir",
     "trainer.log_every_n_steps",
     "trainer.enable_progress_bar",

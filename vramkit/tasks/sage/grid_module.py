@@ -25,11 +25,13 @@ from torch import nn
 from vramkit.core.oom.guarded_steps import LOSS_TERMS
 from vramkit.core.oom.resilient_module import OOMResilientModule
 from vramkit.core.optim.scheduled_module import OptimizerFactory, ScheduledOptimization
+from vramkit.core.report.task_figures import ReportFigure
 from vramkit.tasks.sage.arc_examples import INPUT_KEYS
 from vramkit.tasks.sage.grid_loss import task_loss
 from vramkit.tasks.sage.grid_metrics import GridScoreboard
 from vramkit.tasks.sage.grid_outputs import GridOutput, copy_prediction, predict_grid
 from vramkit.tasks.sage.grid_tokens import PAD
+from vramkit.tasks.sage.report_figures import grid_figures
 from vramkit.tasks.sage.teacher_checkpoint import TEACHER_NETWORK_KEY, network_config
 
 MODEL, COPY = "", "copy_"  # metric-name prefixes of the scored predictors
@@ -210,6 +212,11 @@ class GridModelModule(ScheduledOptimization, OOMResilientModule):
 
     def on_validation_epoch_end(self) -> None:
         self._log_scores("val")
+
+    def report_figures(self, trainer: Any, samples: int) -> list[ReportFigure]:
+        """Query, expected and predicted grids of the best, worst and random validation
+        queries (for report.html)."""
+        return grid_figures(self, trainer, samples)
 
     def on_test_epoch_end(self) -> None:
         self._log_scores("test")

@@ -10,8 +10,10 @@ from torch import nn
 
 from vramkit.core.oom.resilient_module import OOMResilientModule
 from vramkit.core.optim.scheduled_module import OptimizerFactory, ScheduledOptimization
+from vramkit.core.report.task_figures import ReportFigure
 from vramkit.tasks.text_detection.icdar_eval import ImageCounts, match_image, summarize
 from vramkit.tasks.text_detection.postprocess import PostprocessConfig, boxes_from_probability
+from vramkit.tasks.text_detection.report_figures import detection_figures
 
 
 class TextDetectionModule(ScheduledOptimization, OOMResilientModule):
@@ -102,6 +104,10 @@ class TextDetectionModule(ScheduledOptimization, OOMResilientModule):
             all_boxes.append(boxes)
             all_scores.append(scores)
         return all_boxes, all_scores
+
+    def report_figures(self, trainer: Any, samples: int) -> list[ReportFigure]:
+        """Detections on the best, worst and random validation images (for report.html)."""
+        return detection_figures(self, trainer, samples)
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, list]:
         """Boxes and scores per image, with the image names, for submission files."""
