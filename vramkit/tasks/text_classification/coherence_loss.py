@@ -96,13 +96,13 @@ def separation_term(features: torch.Tensor, labels: torch.Tensor, num_classes: i
     """Mean of ``exp(-||μ_j − μ_k||² / D)`` over ordered pairs j ≠ k of the classes present in
     the batch (μ: batch class means of the (B, D) features); 0 with fewer than two classes."""
     means, present = class_means(features.float(), labels, num_classes)
-    means = means[present]
-    classes = means.shape[0]
-    if classes < 2:
-        return features.float().sum() * 0.0  # keeps the graph; nothing to separate
-    squared = torch.cdist(means, means).pow(2) / means.shape[1]
-    off_diagonal = ~torch.eye(classes, dtype=torch.bool, device=means.device)
-    return torch.exp(-squared[off_diagonal]).mean()
+    # Pairs are weighted, not selected: a boolean selection has a data-dependent size, which
+    # the memory planner's fake tensors cannot trace.
+    pairs = present.unsqueeze(0) & present.unsqueeze(1)
+    pairs &= ~torch.eye(num_classes, dtype=torch.bool, device=means.device)
+    weight = pairs.to(means.dtype)
+    squared = (means.unsqueeze(0) - means.unsqueeze(1)).pow(2).sum(dim=-1) / means.shape[1]
+    return (torch.exp(-squared) * weight).sum() / weight.sum().clamp(min=1)
 
 
 class CoherenceLoss(nn.Module):

@@ -104,12 +104,14 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
         return loss, accuracy, logits
 
     def _coherent_training_loss(
-        self, batch: dict[str, torch.Tensor], coherence: CoherenceLoss
+        self, batch: dict[str, torch.Tensor], coherence: CoherenceLoss, batch_idx: int = 0
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         input_ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
         noisy = self.noisy_forward
         if noisy is not None:
-            noisy.prepare(input_ids.device)  # before the clean forward: its dropout masks
+            noisy.prepare(
+                input_ids.device, (self.global_step, batch_idx)
+            )  # before the clean forward: its dropout masks
         logits, features = logits_and_pooled_features(self.model, input_ids, mask)
         terms = coherence(
             logits,
@@ -128,7 +130,7 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
         if self.coherence is None:
             loss, accuracy, _ = self._loss_and_accuracy(batch)
         else:
-            loss, accuracy, terms = self._coherent_training_loss(batch, self.coherence)
+            loss, accuracy, terms = self._coherent_training_loss(batch, self.coherence, batch_idx)
             for name, value in terms.items():
                 self.log(f"train/loss_{name}", value.detach(), batch_size=size)
         self.log("train/loss", loss.detach(), prog_bar=True, batch_size=size)
@@ -140,6 +142,8 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
         size = batch["labels"].shape[0]
         self.log("val/loss", loss, batch_size=size)
         self.log("val/accuracy", accuracy, prog_bar=True, batch_size=size)
+        if self._trainer is None:
+            return  # the memory planner's trace: its fake tensors cannot meet the metrics' states
         # After the device work: a micro-batch redone after an OOM is counted once.
         probabilities = torch.softmax(logits.detach().float(), dim=-1)
         self.val_ece.update(probabilities, batch["labels"])

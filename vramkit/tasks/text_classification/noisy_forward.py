@@ -10,6 +10,7 @@ generator of its own, so drawing it does not move the global ones.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -57,20 +58,26 @@ def embedding_noise(
 class NoisyForward:
     """Runs a forward whose dropout masks a later noisy forward replays.
 
-    ``prepare(device)`` draws a seed for the noise and snapshots the generators; the caller then
-    runs its clean forward; ``run(forward)`` restores the snapshot and runs ``forward`` with noise
-    on the token embeddings.
+    ``prepare(device, step)`` seeds the noise and snapshots the generators; the caller then runs
+    its clean forward; ``run(forward)`` restores the snapshot and runs ``forward`` with noise on
+    the token embeddings.
     """
 
     def __init__(self, embedding: nn.Module, relative_std: float) -> None:
         self.embedding = embedding
         self.relative_std = relative_std
+        # Drawn once, from Python's generator (seeded by seed_everything; a torch draw would be a
+        # meta tensor when the planner builds the module): seeded runs repeat their noise. Per step
+        # the seed is derived, not drawn: a draw read back as a number is a data-dependent
+        # branch the memory planner's fake tensors cannot answer.
+        self._base_seed = random.randrange(2**31)
         self._snapshot: GeneratorSnapshot | None = None
         self._generator: torch.Generator | None = None
 
-    def prepare(self, device: torch.device) -> None:
-        """Seed the noise from the global generator (so seeded runs repeat), then snapshot it."""
-        seed = int(torch.randint(0, 2**62, (), dtype=torch.long))
+    def prepare(self, device: torch.device, step: tuple[int, ...]) -> None:
+        """Seed the noise from ``step`` (e.g. global step and batch index; equal steps get equal
+        noise), then snapshot the global generators."""
+        seed = hash((self._base_seed, *step)) % 2**62
         self._generator = torch.Generator(device=device)
         self._generator.manual_seed(seed)
         self._snapshot = GeneratorSnapshot(device)
