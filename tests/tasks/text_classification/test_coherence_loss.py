@@ -69,16 +69,21 @@ def test_each_term_alone_puts_gradient_on_the_transformer(term):
     assert module.model.model.embed_tokens.weight.grad.abs().sum() > 0
 
 
-def test_the_noisy_forward_replays_the_clean_forwards_dropout_masks():
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_the_noisy_forward_replays_the_clean_forwards_dropout_masks(device):
     torch.manual_seed(0)
-    module = _module(stability=1.0)
+    module = _module(stability=1.0).to(device)
     module.noisy_forward.relative_std = 1e-7  # noise ~0: only a different mask could differ
-    _, _, terms = module._coherent_training_loss(_batch(), module.coherence)
+    batch = {name: tensor.to(device) for name, tensor in _batch().items()}
+    _, _, terms = module._coherent_training_loss(batch, module.coherence)
     # Two independent dropout draws of the same model: what a stability term without a shared
     # mask measures (the brief's defect).
-    batch = _batch()
-    first = module(batch["input_ids"], batch["attention_mask"])
-    second = module(batch["input_ids"], batch["attention_mask"])
+    with torch.no_grad():
+        first = module(batch["input_ids"], batch["attention_mask"])
+        second = module(batch["input_ids"], batch["attention_mask"])
     unshared = float(stability_term(first, second))
     assert unshared > 1e-4
     assert float(terms["stability"]) < unshared * 1e-6
