@@ -30,7 +30,8 @@ def test_the_tiny_coherence_experiment_runs_every_condition(tmp_path):
         "callbacks=none",
         "seed=0",
         "trainer.max_epochs=1",
-        "+trainer.limit_train_batches=3",
+        "+trainer.limit_train_batches=2",
+        "+trainer.limit_val_batches=1",
         "trainer.log_every_n_steps=1",
         f"paths.log_dir={tmp_path}",
     ]
