@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -108,19 +109,11 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         input_ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
         noisy = self.noisy_forward
-        if noisy is not None:
-            noisy.prepare(
-                input_ids.device, (self.global_step, batch_idx)
-            )  # before the clean forward: its dropout masks
+        if noisy is not None:  # before the clean forward, whose dropout masks it replays
+            noisy.prepare(input_ids.device, (self.global_step, batch_idx))
         logits, features = logits_and_pooled_features(self.model, input_ids, mask)
-        terms = coherence(
-            logits,
-            features,
-            labels,
-            noisy_logits=None
-            if noisy is None
-            else lambda: noisy.run(lambda: self(input_ids, mask)),
-        )
+        noisy_logits = None if noisy is None else partial(noisy.run, partial(self, input_ids, mask))
+        terms = coherence(logits, features, labels, noisy_logits=noisy_logits)
         ce = F.cross_entropy(logits.float(), labels)
         accuracy = (logits.argmax(dim=-1) == labels).float().mean()
         return ce + terms.pop("total"), accuracy, {"ce": ce, **terms}
