@@ -33,7 +33,7 @@ HF_CONFIG = {
 }
 
 
-def _module(**weights: float) -> TextClassificationModule:
+def _module(checkpointing: bool = False, **weights: float) -> TextClassificationModule:
     coherence = {name: 0.0 for name in TERMS} | weights
     module = TextClassificationModule(
         num_labels=NUM_LABELS,
@@ -41,6 +41,7 @@ def _module(**weights: float) -> TextClassificationModule:
         optimizer=torch.optim.SGD,
         hf_config=HF_CONFIG,
         coherence=coherence,
+        gradient_checkpointing=checkpointing,
     )
     return module.train()
 
@@ -72,13 +73,15 @@ def test_each_term_alone_puts_gradient_on_the_transformer(term):
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
-def test_the_noisy_forward_replays_the_clean_forwards_dropout_masks(device):
+def test_the_noisy_forward_replays_the_clean_forwards_dropout_masks(device, checkpointing):
     torch.manual_seed(0)
-    module = _module(stability=1.0).to(device)
+    module = _module(checkpointing, stability=1.0).to(device)
     module.noisy_forward.relative_std = 1e-7  # noise ~0: only a different mask could differ
     batch = {name: tensor.to(device) for name, tensor in _batch().items()}
-    _, _, terms = module._coherent_training_loss(batch, module.coherence)
+    loss, _, terms = module._coherent_training_loss(batch, module.coherence)
+    loss.backward()  # under checkpointing, the recomputation replays the masks too
     # Two independent dropout draws of the same model: what a stability term without a shared
     # mask measures (the brief's defect).
     with torch.no_grad():
