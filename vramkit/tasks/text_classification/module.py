@@ -3,19 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
 from torch.nn import functional as F
 
+from vramkit.core.config.schema import check_settings
+from vramkit.core.config.source import source_of
 from vramkit.core.oom.resilient_module import OOMResilientModule
 from vramkit.core.optim.scheduled_module import OptimizerFactory, ScheduledOptimization
+from vramkit.tasks.text_classification.calibration import (
+    MulticlassBrierScore,
+    expected_calibration_error,
+)
+from vramkit.tasks.text_classification.coherence_loss import CoherenceLoss, CoherenceSettings
 from vramkit.tasks.text_classification.hf_classifier import build_sequence_classifier
+from vramkit.tasks.text_classification.noisy_forward import NoisyForward
+from vramkit.tasks.text_classification.pooled_features import logits_and_pooled_features
 
 
 class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
     """Trains an ``AutoModelForSequenceClassification`` with cross-entropy and reports
-    ``train/loss``, ``train/accuracy``, ``val/loss`` and ``val/accuracy``.
+    ``train/loss``, ``train/accuracy``, ``val/loss``, ``val/accuracy`` and the calibration of the
+    whole validation epoch: ``val/ece`` (15 equal-width bins) and ``val/brier``.
+
+    ``coherence`` (``model.coherence``: fields of
+    :class:`~vramkit.tasks.text_classification.coherence_loss.CoherenceSettings`, null for
+    cross-entropy alone) adds the auxiliary coherence loss; ``train/loss`` is then the total and
+    ``train/loss_ce`` and ``train/loss_<term>`` (unweighted) are logged beside it.
 
     The model comes from ``hf_config`` (architecture fields, random weights) or
     ``pretrained_dir`` (a local ``save_pretrained`` folder); see
@@ -41,6 +57,7 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
         lr_schedule: dict[str, Any] | None = None,
         gradient_checkpointing: bool = False,
         compile: bool = False,
+        coherence: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer"])
@@ -50,6 +67,24 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
             hf_config=hf_config,
             pretrained_dir=pretrained_dir,
         )
+        self.coherence: CoherenceLoss | None = None
+        self.noisy_forward: NoisyForward | None = None
+        if coherence is not None:
+            settings = check_settings(
+                coherence,
+                CoherenceSettings,
+                key_prefix="model.coherence.",
+                source=source_of("model"),
+            )
+            self.coherence = CoherenceLoss(
+                settings, num_classes=num_labels, feature_dim=self.model.config.hidden_size
+            )
+            if settings.stability > 0:
+                self.noisy_forward = NoisyForward(
+                    self.model.get_input_embeddings(), settings.noise_std
+                )
+        self.val_ece = expected_calibration_error(num_labels)
+        self.val_brier = MulticlassBrierScore()
         if gradient_checkpointing:
             # Non-reentrant: works with frozen inputs and does not need use_cache games.
             self.model.gradient_checkpointing_enable(
@@ -74,17 +109,49 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
         logits = self(batch["input_ids"], batch["attention_mask"])
         loss = F.cross_entropy(logits.float(), batch["labels"])
         accuracy = (logits.argmax(dim=-1) == batch["labels"]).float().mean()
-        return loss, accuracy
+        return loss, accuracy, logits
+
+    def _coherent_training_loss(
+        self, batch: dict[str, torch.Tensor], coherence: CoherenceLoss, batch_idx: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        input_ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+        noisy = self.noisy_forward
+        if noisy is not None:  # before the clean forward, whose dropout masks it replays
+            noisy.prepare(input_ids.device, (self.global_step, batch_idx))
+        logits, features = logits_and_pooled_features(self.model, input_ids, mask)
+        noisy_logits = None if noisy is None else partial(noisy.run, partial(self, input_ids, mask))
+        terms = coherence(logits, features, labels, noisy_logits=noisy_logits)
+        ce = F.cross_entropy(logits.float(), labels)
+        accuracy = (logits.argmax(dim=-1) == labels).float().mean()
+        return ce + terms.pop("total"), accuracy, {"ce": ce, **terms}
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss, accuracy = self._loss_and_accuracy(batch)
         size = batch["labels"].shape[0]
+        if self.coherence is None:
+            loss, accuracy, _ = self._loss_and_accuracy(batch)
+        else:
+            loss, accuracy, terms = self._coherent_training_loss(batch, self.coherence, batch_idx)
+            for name, value in terms.items():
+                self.log(f"train/loss_{name}", value.detach(), batch_size=size)
         self.log("train/loss", loss.detach(), prog_bar=True, batch_size=size)
         self.log("train/accuracy", accuracy, batch_size=size)
         return loss
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        loss, accuracy = self._loss_and_accuracy(batch)
+        loss, accuracy, logits = self._loss_and_accuracy(batch)
         size = batch["labels"].shape[0]
         self.log("val/loss", loss, batch_size=size)
         self.log("val/accuracy", accuracy, prog_bar=True, batch_size=size)
+        if self._trainer is None:
+            return  # the memory planner's trace: its fake tensors cannot meet the metrics' states
+        # After the device work: a micro-batch redone after an OOM is counted once.
+        probabilities = torch.softmax(logits.detach().float(), dim=-1)
+        self.val_ece.update(probabilities, batch["labels"])
+        self.val_brier.update(probabilities, batch["labels"])
+
+    def on_validation_epoch_end(self) -> None:
+        # Over the whole epoch, not a mean of per-batch values (ECE is not additive).
+        self.log("val/ece", self.val_ece.compute())
+        self.log("val/brier", self.val_brier.compute())
+        self.val_ece.reset()
+        self.val_brier.reset()

@@ -1,0 +1,56 @@
+"""experiment=phi15_coherence_tiny as one multirun: 6 conditions, each logs accuracy, ECE, Brier."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="task=text_classification needs `transformers`")
+
+from vramkit.core.run.multirun_report import report_multirun
+
+REPO = Path(__file__).resolve().parents[2]
+CONDITIONS = ["ce_only", "coherence", "no_stability", "no_center", "no_separation", "no_brier"]
+
+
+@pytest.mark.slow
+def test_the_tiny_coherence_experiment_runs_every_condition(tmp_path):
+    # The experiment's own sweep, shortened: one seed, a few steps, no checkpoints.
+    command = [
+        sys.executable,
+        "train.py",
+        "-m",
+        "experiment=phi15_coherence_tiny",
+        "+hw=cpu",
+        "logger=csv",
+        "callbacks=none",
+        "seed=0",
+        "trainer.max_epochs=1",
+        "+trainer.limit_train_batches=2",
+        "+trainer.limit_val_batches=1",
+        "trainer.log_every_n_steps=1",
+        f"paths.log_dir={tmp_path}",
+    ]
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    (sweep,) = tmp_path.glob("text_classification/multiruns/*")
+    summary = json.loads((sweep / "multirun_summary.json").read_text())
+    assert [job["status"] for job in summary["jobs"]] == ["completed"] * len(CONDITIONS)
+    report = report_multirun(sweep, metrics=["val/accuracy", "val/ece", "val/brier"])
+    assert [c["condition"] for c in report["conditions"]] == [f"condition={c}" for c in CONDITIONS]
+    for condition in report["conditions"]:
+        for name in ("val/accuracy", "val/ece", "val/brier"):
+            stats = condition["metrics"][name]
+            assert stats["n"] == 1 and 0.0 <= stats["mean"] <= 2.0, (condition, name)
+    # The coherence terms are logged, and a removed term is not.
+    logs = {
+        c: (sweep / str(i) / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0]
+        for i, c in enumerate(CONDITIONS)
+    }
+    assert "train/loss_separation" in logs["coherence"]
+    assert "train/loss_separation" not in logs["no_separation"]
+    assert "train/loss_ce" not in logs["ce_only"]
