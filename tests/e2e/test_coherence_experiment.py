@@ -11,7 +11,10 @@ import pytest
 
 pytest.importorskip("transformers", reason="task=text_classification needs `transformers`")
 
+from omegaconf import OmegaConf
+
 from vramkit.core.run.multirun_report import report_multirun
+from vramkit.tasks.text_classification.module import TextClassificationModule
 
 REPO = Path(__file__).resolve().parents[2]
 CONDITIONS = ["ce_only", "coherence", "no_stability", "no_center", "no_separation", "no_brier"]
@@ -54,3 +57,8 @@ def test_the_tiny_coherence_experiment_runs_every_condition(tmp_path):
     assert "train/loss_separation" in logs["coherence"]
     assert "train/loss_separation" not in logs["no_separation"]
     assert "train/loss_ce" not in logs["ce_only"]
+    # ... and every name is one the module declares, which monitors are checked against
+    declared = TextClassificationModule.logged_metrics(OmegaConf.create({"coherence": {}}))
+    for header in logs.values():
+        logged = {name for name in header.split(",") if name.startswith(("train/", "val/"))}
+        assert logged <= declared, logged - declared

@@ -17,7 +17,11 @@ from vramkit.tasks.text_classification.calibration import (
     MulticlassBrierScore,
     expected_calibration_error,
 )
-from vramkit.tasks.text_classification.coherence_loss import CoherenceLoss, CoherenceSettings
+from vramkit.tasks.text_classification.coherence_loss import (
+    TERMS,
+    CoherenceLoss,
+    CoherenceSettings,
+)
 from vramkit.tasks.text_classification.hf_classifier import build_sequence_classifier
 from vramkit.tasks.text_classification.noisy_forward import NoisyForward
 from vramkit.tasks.text_classification.pooled_features import logits_and_pooled_features
@@ -41,10 +45,13 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
 
     @classmethod
     def logged_metrics(cls, model_cfg: Any = None) -> frozenset[str]:
-        """Every metric name a run of this module logs (monitors are checked against it)."""
-        return frozenset(
-            f"{phase}/{name}" for phase in ("train", "val") for name in ("loss", "accuracy")
-        )
+        """Every metric name a run of this module logs (monitors are checked against it): the
+        loss terms only with ``model.coherence``, calibration at every validation."""
+        names = [f"{phase}/{name}" for phase in ("train", "val") for name in ("loss", "accuracy")]
+        names += ["val/ece", "val/brier"]
+        if model_cfg is not None and model_cfg.get("coherence") is not None:
+            names += [f"train/loss_{name}" for name in ("ce", *TERMS)]
+        return frozenset(names)
 
     def __init__(
         self,
