@@ -84,10 +84,11 @@ def check_target_modules(model: nn.Module, settings: LoraSettings) -> None:
         if target not in names:
             hint = closest(target, sorted(names))
             suggestion = f"; did you mean {hint}?" if hint else ""
+            layers = ", ".join(sorted(names))
             raise ConfigError(
                 f"invalid model.lora settings ({source_of('model').file}):\n"
                 f"  model.lora.target_modules: {target!r} is no Linear layer of "
-                f"{type(model).__name__}{suggestion} (its Linear layers: {', '.join(sorted(names))})",
+                f"{type(model).__name__}{suggestion} (its Linear layers: {layers})",
                 ("target_modules",),
             )
 
