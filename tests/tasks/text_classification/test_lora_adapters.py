@@ -66,9 +66,13 @@ def train_steps(module, batch, steps):
 
 
 def test_a_misspelt_lora_key_names_the_closest_one():
-    with pytest.raises(ConfigError, match=r"model\.lora\.alpah: unknown key; did you mean model\.lora\.alpha\?"):
+    with pytest.raises(
+        ConfigError, match=r"model\.lora\.alpah: unknown key; did you mean model\.lora\.alpha\?"
+    ):
         lora_settings({"alpah": 8})
-    with pytest.raises(ConfigError, match=r"model\.lora\.quantize: '3bit' is not one of 4bit, 8bit"):
+    with pytest.raises(
+        ConfigError, match=r"model\.lora\.quantize: '3bit' is not one of 4bit, 8bit"
+    ):
         lora_settings({"quantize": "3bit"})
 
 

@@ -5,9 +5,10 @@ device and then gives it fake tensors), and its `Params4bit` / `QuantState` do n
 conversion. `PlannedQuantizedLinear` holds what a quantized layer keeps on the device and
 allocates what its training step allocates, so a fake-tensor trace counts it:
 
-- 4-bit NF4 (`bitsandbytes.nn.Linear4bit`, default blocksize 64, no double quantization): the
-  packed weight, ``ceil(out·in / 2)`` uint8, and one fp32 absmax per 64 weights
-  (`bitsandbytes/functional.py`, `quantize_4bit`).
+- 4-bit NF4 (`bitsandbytes.nn.Linear4bit` defaults: blocksize 64, ``compress_statistics=True``,
+  i.e. double quantization; `bitsandbytes/functional.py`, `quantize_4bit`): the packed weight,
+  ``ceil(out·in / 2)`` uint8; one uint8 absmax per 64 weights; one fp32 absmax per 256 of those;
+  the 256-entry fp32 code of the second quantization, the 16-entry NF4 code and the offset.
 - 8-bit (`bitsandbytes.nn.Linear8bitLt`, ``has_fp16_weights=False``): ``out·in`` int8 and one
   fp32 scale per output row (`Int8Params`, ``SCB``).
 - Forward with grad (`bitsandbytes/autograd/_functions.py`, `MatMul4Bit`): for a training batch
@@ -30,15 +31,21 @@ from torch.nn import functional as F
 
 NF4_BLOCK = 64
 """Weights per absmax block of bitsandbytes' 4-bit quantization (`Linear4bit`'s default)."""
+ABSMAX_BLOCK = 256
+"""Absmax values per block of the second (double) quantization (`quantize_4bit`, nested)."""
 
 
 def quantized_weight_shapes(out_features: int, in_features: int, kind: str) -> dict[str, Any]:
     """The device tensors of a quantized ``out × in`` weight: name -> (shape, dtype)."""
     numel = out_features * in_features
     if kind == "4bit":
+        blocks = math.ceil(numel / NF4_BLOCK)
         return {
             "weight": ((math.ceil(numel / 2), 1), torch.uint8),
-            "absmax": ((math.ceil(numel / NF4_BLOCK),), torch.float32),
+            "absmax": ((blocks,), torch.uint8),
+            "absmax2": ((math.ceil(blocks / ABSMAX_BLOCK),), torch.float32),
+            # state2.code (256), the NF4 code (16) and the offset (1), fp32
+            "codes": ((256 + 16 + 1,), torch.float32),
         }
     if kind == "8bit":
         return {
@@ -102,8 +109,10 @@ class PlannedQuantizedLinear(nn.Linear):
         self.weight = nn.Parameter(
             torch.empty(shape, dtype=packed_dtype, device=device), requires_grad=False
         )
-        absmax_shape, absmax_dtype = tensors["absmax"]
-        self.register_buffer("absmax", torch.empty(absmax_shape, dtype=absmax_dtype, device=device))
+        for name, (buffer_shape, buffer_dtype) in tensors.items():
+            if name != "weight":
+                buffer = torch.empty(buffer_shape, dtype=buffer_dtype, device=device)
+                self.register_buffer(name, buffer)
         self.bias = (
             nn.Parameter(torch.empty(out_features, dtype=dtype, device=device), requires_grad=False)
             if bias
