@@ -6,7 +6,7 @@ With ``model.lora`` set, the base model's weights are frozen, the Linear layers 
 of it (``modules_to_save``). ``quantize`` additionally stores every frozen Linear weight of the
 base model (not the head) as bitsandbytes 4-bit NF4 (QLoRA) or 8-bit (LLM.int8()).
 
-bitsandbytes >= 0.49 quantizes and runs those layers on the CPU too (its CPU backend), so a
+bitsandbytes >= 0.50 quantizes and runs those layers on the CPU too (its CPU backend), so a
 quantized run works on this machine, only slowly. Under the meta device (the memory planner
 builds the model there) nothing can be quantized: the layers stay plain Linear layers, and the
 planner gets `PlannedQuantizedLinear` stand-ins that hold and allocate what bitsandbytes would.
