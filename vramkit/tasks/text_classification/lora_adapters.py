@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import torch
 from torch import nn
 
 from vramkit.core.config.schema import ConfigError, check_settings
@@ -159,13 +158,3 @@ def add_lora(model: nn.Module, settings: LoraSettings) -> nn.Module:
         modules_to_save=[head],
     )
     return peft.get_peft_model(model, config)
-
-
-def trainable_parameter_names(model: nn.Module) -> list[str]:
-    """Names of the parameters that get gradients (the adapters and the head's trained copy)."""
-    return [name for name, p in model.named_parameters() if p.requires_grad]
-
-
-def is_quantized(tensor: torch.Tensor) -> bool:
-    """A bitsandbytes-quantized weight (packed uint8 or int8 data)."""
-    return tensor.dtype in (torch.uint8, torch.int8)
