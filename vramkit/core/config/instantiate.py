@@ -6,9 +6,11 @@ import logging
 from typing import Any
 
 import hydra
+from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
 from vramkit.core.config.legacy_targets import upgrade_targets
+from vramkit.core.config.schema import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -17,10 +19,18 @@ def instantiate(node: DictConfig, **kwargs: Any) -> Any:
     """Build the object a config node describes with ``_target_``; ``kwargs`` add to its fields.
 
     ``_target_`` paths of vramkit's old layout still work (``legacy_targets``), with a warning.
+    A `ConfigError` raised by the object's constructor (its settings checked there) reaches the
+    caller as itself, not wrapped in Hydra's InstantiationException, so the run refuses with
+    its message alone.
     """
     if "_target_" not in node:
         raise ValueError(f"config node has no _target_: keys are {sorted(node.keys())}")
-    return hydra.utils.instantiate(upgrade_targets(node), **kwargs)
+    try:
+        return hydra.utils.instantiate(upgrade_targets(node), **kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, ConfigError):
+            raise error.__cause__ from None
+        raise
 
 
 def instantiate_group(group: DictConfig | None) -> list[Any]:
