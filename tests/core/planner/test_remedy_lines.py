@@ -44,21 +44,32 @@ def test_the_example_offers_every_kind_of_remedy(tmp_path):
         assert ("lora" in change.needs_consent.split(",")) == ("LoRA" in change.name), change.name
 
 
-def test_every_remedy_line_composes_as_printed(tmp_path):
-    changes = _example_changes(tmp_path)
+def _assert_composes(overrides, tmp_path):
+    assert overrides, "a remedy of the example is a list of overrides, not prose"
+    cfg = compose_config("train", [*EXAMPLE, *overrides], output_dir=tmp_path)
+    for override in overrides:
+        key, value = override.split("=", 1)
+        if key == "+model/lora":  # a config group option: the whole model.lora block
+            option = OmegaConf.load(CONF_DIR / "model" / "lora" / f"{value}.yaml")
+            assert cfg.model.lora.target_modules == option.target_modules
+        elif key == "trainer":
+            assert cfg.trainer.strategy._target_.endswith("DeepSpeedStrategy")
+        else:
+            assert str(OmegaConf.select(cfg, key)).lower() == value.lower(), override
+
+
+def test_every_single_remedy_line_composes_as_printed(tmp_path):
     micro_batch = ("hw.batch_size=2", "hw.accumulate_grad_batches=4", "hw.val_batch_size=4")
-    for overrides in [change.overrides for change in changes] + [micro_batch]:
-        assert overrides, "a remedy of the example is a list of overrides, not prose"
-        cfg = compose_config("train", [*EXAMPLE, *overrides], output_dir=tmp_path)
-        for override in overrides:
-            key, value = override.split("=", 1)
-            if key == "+model/lora":  # a config group option: the whole model.lora block
-                option = OmegaConf.load(CONF_DIR / "model" / "lora" / f"{value}.yaml")
-                assert cfg.model.lora.target_modules == option.target_modules
-            elif key == "trainer":
-                assert cfg.trainer.strategy._target_.endswith("DeepSpeedStrategy")
-            else:
-                assert str(OmegaConf.select(cfg, key)).lower() == value.lower(), override
+    singles = [c.overrides for c in _example_changes(tmp_path) if " + " not in c.name]
+    for overrides in [*singles, micro_batch]:
+        _assert_composes(overrides, tmp_path)
+
+
+@pytest.mark.slow
+def test_every_paired_remedy_line_composes_as_printed(tmp_path):
+    for change in _example_changes(tmp_path):
+        if " + " in change.name:
+            _assert_composes(change.overrides, tmp_path)
 
 
 def test_a_profile_with_a_field_typo_in_a_remedy_would_be_refused(tmp_path):
