@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"  # dev brings Polygon3, as the extra "official" does
 	touch $(STAMP)
 
 train: install  ## train the default job on the detected hardware (ARGS="+hw=t4 ..." to pass overrides)

@@ -14,44 +14,29 @@ from benchmarks.data_pipeline import measure_in_process
 from benchmarks.record import machine_facts, write_result
 from benchmarks.validation_ratio import last_logged
 from vramkit.tasks.text_detection.augment import build_train_transform
-from vramkit.tasks.text_detection.icdar_eval import ImageCounts
 from vramkit.tasks.text_detection.icdar_folder import TextDetectionDataset
 
 
-def _box(x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
-    return np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], dtype=np.float64)
-
-
-def test_all_pairs_reference_follows_the_protocol() -> None:
-    gt = [_box(0, 0, 10, 10), _box(20, 0, 30, 10), _box(50, 0, 70, 20), _box(0, 40, 10, 50)]
-    ignore = [False, False, True, False]
-    bow_tie = np.array([[0, 40], [10, 50], [10, 40], [0, 50]], dtype=np.float64)
-    detections = [
-        _box(0, 0, 10, 10),  # exact match of gt 0
-        _box(1, 0, 11, 10),  # IoU 9/11 with gt 0, which is taken: a false positive
-        _box(26, 0, 36, 10),  # IoU 4/16 with gt 1: no match
-        _box(52, 2, 62, 12),  # inside the ### region: not counted
-        bow_tie,  # self-intersecting: skipped
-    ]
-    counts = evaluation.all_pairs_match(gt, ignore, detections)
-    assert counts == ImageCounts(matched=1, gt_care=3, det_care=3, invalid_gt=0, invalid_det=1)
-
-
-def test_evaluation_benchmark_agrees_with_the_reference_and_reports_speedup() -> None:
-    numbers = evaluation.run(images=1, gt_count=60, det_count=60, seed=3)
+def test_evaluation_benchmark_agrees_with_the_script_replay_and_reports_speedup() -> None:
+    pytest.importorskip("Polygon", reason="the script replay needs Polygon3 (dev extra)")
+    numbers = evaluation.run(images=2, gt_count=30, det_count=30, seed=3, repeats=1)
     assert numbers["identical_results"] is True
     assert numbers["metrics"]["gt_care"] > 0 and numbers["metrics"]["matched"] > 0
-    assert numbers["metrics"]["invalid_gt"] > 0 and numbers["metrics"]["invalid_det"] > 0
+    # speedup is rounded to 0.1: allow that on a ratio near 1 for this tiny run.
     assert numbers["speedup"] == pytest.approx(
-        numbers["all_pairs_seconds"] / numbers["vramkit_seconds"], rel=0.05
+        numbers["reference_seconds"] / numbers["vramkit_seconds"], rel=0.05, abs=0.1
     )
 
 
-def test_generated_scene_has_the_requested_sizes() -> None:
-    gt, ignore, detections = evaluation.make_scene(np.random.default_rng(0), 300, 300)
-    assert len(gt) == len(ignore) == len(detections) == 300
-    assert 10 < sum(ignore) < 60
-    assert all(np.array_equal(quad, np.round(quad)) for quad in gt + detections)
+def test_generated_scene_is_integer_clockwise_with_degenerate_quads() -> None:
+    gt, texts, detections = evaluation.make_scene(np.random.default_rng(0), 100, 100)
+    assert len(gt) == len(texts) == len(detections) == 100
+    assert 2 < sum(text in evaluation.DONT_CARE_SPELLINGS for text in texts) < 30
+    for quad in gt + detections:
+        x, y = quad[:, 0], quad[:, 1]
+        assert quad.dtype == np.int64
+        assert ((np.roll(x, -1) - x) * (np.roll(y, -1) + y)).sum() <= 0
+    assert np.array_equal(gt[1][1], gt[1][2])  # a zero-area quad
 
 
 def test_in_process_throughput_counts_real_samples(toy_icdar_dir: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import lightning as L
 
@@ -19,3 +20,26 @@ class SignalSelf(L.Callback):
         if not self.sent and trainer.global_step >= self.step:
             self.sent = True
             os.kill(os.getpid(), self.signum)
+
+
+class FillDisk(L.Callback):
+    """Makes the disk report no free space once training reaches step ``step`` (every
+    ``shutil.disk_usage`` answers 0 free from then on, until the run's teardown), as when
+    another process fills the disk during a run."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self._real_disk_usage = shutil.disk_usage
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step >= self.step and shutil.disk_usage is self._real_disk_usage:
+            real = self._real_disk_usage
+
+            def full(path: object) -> object:
+                usage = real(path)
+                return type(usage)(usage.total, usage.total, 0)
+
+            shutil.disk_usage = full
+
+    def teardown(self, trainer: L.Trainer, *args: object) -> None:
+        shutil.disk_usage = self._real_disk_usage

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from vramkit.core.callbacks.bad_input_report import NoUsableInputError
 from vramkit.core.data.bad_lines import AnnotationError
 from vramkit.core.run.train import train
 from vramkit.tasks.text_detection.icdar_folder import DataError
@@ -71,3 +72,16 @@ def test_strict_mode_refuses_the_corrupt_image_naming_it(compose_config, damaged
     cfg = compose_config(*_overrides(damaged_icdar_dir), "data.strict=true")
     with pytest.raises(DataError, match=r"img_8\.jpg"):
         train(cfg)
+
+
+@pytest.mark.slow
+def test_a_dataset_with_no_readable_image_is_an_error_not_an_empty_epoch(
+    compose_config, damaged_icdar_dir
+):
+    for image in (damaged_icdar_dir / "images").iterdir():
+        image.write_bytes(b"\\xff\\xd8 truncated")
+    cfg = compose_config(*_overrides(damaged_icdar_dir), "trainer.num_sanity_val_steps=0")
+    with pytest.warns(UserWarning), pytest.raises(NoUsableInputError, match="train epoch 0 had no"):
+        train(cfg)
+    checkpoints = Path(cfg.paths.output_dir) / "checkpoints"
+    assert not list(checkpoints.glob("epoch_*.ckpt")), "no checkpoint of an untrained model"

@@ -29,6 +29,7 @@ from vramkit.tasks.sage.arc_examples import INPUT_KEYS
 from vramkit.tasks.sage.distill_module import REPORT_NAME
 from vramkit.tasks.sage.feature_cache import FeatureCacheError
 from vramkit.tasks.sage.feature_extraction import extract_teacher_features, run_extraction
+from vramkit.tasks.sage.grid_module import ArcTeacherModule
 from vramkit.tasks.sage.teacher_checkpoint import TEACHER_NETWORK_KEY
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,6 +103,8 @@ def _metric_names(run_dir: Path) -> set[str]:
 def test_teacher_run_scores_and_describes_its_network(chain):
     names = _metric_names(chain.teacher_run)
     assert {"val/cell_acc", "val/exact_match", "val/size_acc", "val/copy_cell_acc"} <= names
+    phase_metrics = {name for name in names if name.startswith(("train/", "val/", "test/"))}
+    assert phase_metrics <= ArcTeacherModule.logged_metrics(), "monitors are checked against it"
     state = torch.load(chain.teacher_checkpoint, weights_only=True)
     assert state[TEACHER_NETWORK_KEY]["_target_"].endswith("GridTransformer")
     assert state[TEACHER_NETWORK_KEY]["d_model"] == 16

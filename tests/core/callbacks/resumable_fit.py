@@ -17,7 +17,7 @@ from vramkit.core.callbacks.loader_position import LoaderPosition
 from vramkit.core.callbacks.random_state import RandomState
 from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.data.loaders import build_loader
-from vramkit.core.optim.lr_schedules import WarmupPolySchedule
+from vramkit.core.optim.lr_schedules import WarmupDecaySchedule
 
 SAMPLES, BATCH = 24, 4
 STEPS_PER_EPOCH = SAMPLES // BATCH
@@ -48,7 +48,7 @@ class DropoutRegression(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = torch.optim.Adam(self.parameters(), lr=0.01)
         steps = int(self.trainer.estimated_stepping_batches)
-        return WarmupPolySchedule(warmup_steps=2).lightning_config(optimizer, steps)
+        return WarmupDecaySchedule(warmup_steps=2).lightning_config(optimizer, steps)
 
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         return build_loader(

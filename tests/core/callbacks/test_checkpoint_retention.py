@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import lightning as L
@@ -193,3 +194,25 @@ def test_leftovers_of_killed_writes_are_removed_and_reported(tmp_path):
 def test_bad_arguments_are_refused_naming_the_key(key, value):
     with pytest.raises(ValueError, match=key):
         CheckpointRetention(**{key: value})
+
+
+def test_a_disk_short_of_room_prunes_periodic_checkpoints_before_the_next_write(
+    tmp_path, monkeypatch
+):
+    folder = tmp_path / "checkpoints"
+    real = shutil.disk_usage
+    # a disk that holds the folder and 20 MiB more: the 16 MiB allowance plus a 1 MiB checkpoint
+    # fit only while the folder stays under 3 MiB
+    capacity = 20 * MIB
+
+    def small_disk(path):
+        used = sum(p.stat().st_size for p in folder.iterdir()) if folder.is_dir() else 0
+        return type(real(path))(capacity, used, capacity - used)
+
+    monkeypatch.setattr(shutil, "disk_usage", small_disk)
+    retention = CheckpointRetention(every_n_epochs=1, keep_last=100, budget_gib=None)
+    _fit(folder, retention, max_epochs=6, width=512, latest_as_last=False)
+    assert {"epoch_000.ckpt", "last.ckpt", "periodic_epoch_005.ckpt"} <= _names(folder)
+    assert retention.pruned, "the writes needed room"
+    assert all("room on the disk" in p.reason for p in retention.pruned)
+    assert all(p.name.startswith("periodic_epoch_") for p in retention.pruned)

@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import Timer
 from torch.utils.data import DataLoader, TensorDataset
 
 from vramkit.core.callbacks.max_time_annealing import MaxTimeAnnealing
-from vramkit.core.optim.lr_schedules import WarmupPolyLR, WarmupPolySchedule
+from vramkit.core.optim.lr_schedules import WarmupDecayLR, WarmupDecaySchedule
 
 
 class ClockTimer(Timer):
@@ -27,12 +27,12 @@ class ClockTimer(Timer):
         return self.elapsed
 
 
-def _scheduler(total_steps: int = 1000, warmup_steps: int = 10) -> WarmupPolyLR:
+def _scheduler(total_steps: int = 1000, warmup_steps: int = 10) -> WarmupDecayLR:
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-    return WarmupPolySchedule(warmup_steps=warmup_steps).build(optimizer, total_steps)
+    return WarmupDecaySchedule(warmup_steps=warmup_steps).build(optimizer, total_steps)
 
 
-def _trainer(timer: Timer, scheduler: WarmupPolyLR) -> SimpleNamespace:
+def _trainer(timer: Timer, scheduler: WarmupDecayLR) -> SimpleNamespace:
     return SimpleNamespace(
         callbacks=[timer],
         lr_scheduler_configs=[SimpleNamespace(scheduler=scheduler, interval="step")],
@@ -113,7 +113,7 @@ def test_the_shortened_end_is_saved_with_the_scheduler() -> None:
 
 
 def test_the_scheduler_follows_the_schedule_formula() -> None:
-    schedule = WarmupPolySchedule(warmup_steps=5, poly_power=0.9)
+    schedule = WarmupDecaySchedule(warmup_steps=5, poly_power=0.9)
     scheduler = _scheduler(total_steps=40, warmup_steps=5)
     rates = [scheduler.get_last_lr()[0]]
     for _ in range(45):
@@ -139,7 +139,7 @@ def test_bad_settings_name_their_key(arguments: dict, key: str) -> None:
 
 
 class SlowRegression(L.LightningModule):
-    """A one-weight model whose steps take about 40 ms, scheduled by WarmupPolySchedule."""
+    """A one-weight model whose steps take about 40 ms, scheduled by WarmupDecaySchedule."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -151,7 +151,7 @@ class SlowRegression(L.LightningModule):
 
     def configure_optimizers(self):
         optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
-        return WarmupPolySchedule(warmup_steps=5).lightning_config(
+        return WarmupDecaySchedule(warmup_steps=5).lightning_config(
             optimizer, int(self.trainer.estimated_stepping_batches)
         )
 

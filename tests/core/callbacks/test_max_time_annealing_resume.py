@@ -9,7 +9,7 @@ import torch
 from lightning.pytorch.callbacks import Timer
 
 from vramkit.core.callbacks.max_time_annealing import MaxTimeAnnealing
-from vramkit.core.optim.lr_schedules import WarmupPolyLR, WarmupPolySchedule
+from vramkit.core.optim.lr_schedules import WarmupDecayLR, WarmupDecaySchedule
 
 
 class ClockTimer(Timer):
@@ -26,7 +26,7 @@ def _annealed_run() -> tuple[dict, dict, int]:
     scheduler's saved states, and the step."""
     timer = ClockTimer(80.0)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-    scheduler = WarmupPolySchedule(warmup_steps=10).build(optimizer, 1000)
+    scheduler = WarmupDecaySchedule(warmup_steps=10).build(optimizer, 1000)
     trainer = _trainer(timer, scheduler, step=0)
     callback = MaxTimeAnnealing(check_every_n_steps=10, safety_fraction=0.0, min_steps=10)
     callback.on_train_start(trainer, None)
@@ -40,7 +40,7 @@ def _annealed_run() -> tuple[dict, dict, int]:
     return callback.state_dict(), scheduler.state_dict(), trainer.global_step
 
 
-def _trainer(timer: Timer | None, scheduler: WarmupPolyLR, step: int) -> SimpleNamespace:
+def _trainer(timer: Timer | None, scheduler: WarmupDecayLR, step: int) -> SimpleNamespace:
     return SimpleNamespace(
         callbacks=[timer] if timer is not None else [],
         lr_scheduler_configs=[SimpleNamespace(scheduler=scheduler, interval="step")],
@@ -51,7 +51,7 @@ def _trainer(timer: Timer | None, scheduler: WarmupPolyLR, step: int) -> SimpleN
 
 def _resume(callback_state: dict, scheduler_state: dict, step: int, timer: Timer | None):
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)  # as restored
-    scheduler = WarmupPolySchedule(warmup_steps=10).build(optimizer, 1000)
+    scheduler = WarmupDecaySchedule(warmup_steps=10).build(optimizer, 1000)
     scheduler.load_state_dict(scheduler_state)
     callback = MaxTimeAnnealing(check_every_n_steps=10, safety_fraction=0.0, min_steps=10)
     callback.load_state_dict(callback_state)

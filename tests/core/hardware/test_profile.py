@@ -210,3 +210,19 @@ def test_describe_profile_of_the_cpu_profile_has_no_gpu_budget():
     assert "host memory" in text
     assert "GiB" not in text
     assert "1 worker," in text
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_gpu_profiles_fit_automatically_and_allow_nothing_that_changes_the_training(name):
+    profile = validate_profile(OmegaConf.load(HW_DIR / f"{name}.yaml"), ProfileSource(name))
+    assert profile.fit == ("off" if profile.accelerator == "cpu" else "auto")
+    assert profile.fit_allow == ()
+
+
+def test_fit_and_fit_allow_mistakes_name_the_key_and_the_valid_values():
+    with pytest.raises(ProfileError) as refused:
+        validate_profile(_t4_with(fit="of"), T4_SOURCE)
+    assert "hw.fit: 'of' is not one of auto, off; did you mean 'off'?" in str(refused.value)
+    with pytest.raises(ProfileError, match=r'hw\.fit_allow: expected list of "lora"'):
+        validate_profile(_t4_with(fit_allow=["lorra"]), T4_SOURCE)
+    assert validate_profile(_t4_with(fit_allow=["lora"]), T4_SOURCE).fit_allow == ("lora",)

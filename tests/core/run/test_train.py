@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from vramkit.core.run.evaluate import evaluate
 from vramkit.core.run.train import train
 from vramkit.tasks.text_detection.icdar_eval import evaluate_folders
+from vramkit.tasks.text_detection.module import TextDetectionModule
 from vramkit.tasks.text_detection.synthetic_text import SyntheticTextConfig, synthetic_dataset_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -48,6 +49,8 @@ def test_smoke_run_logs_documented_metrics_to_csv_and_offline_wandb(compose_conf
     run_dir = Path(cfg.paths.output_dir)
     names = _metric_names(run_dir)
     assert {"train/loss", "val/hmean", "val/precision", "val/recall"} <= names
+    phase_metrics = {name for name in names if name.startswith(("train/", "val/", "test/"))}
+    assert phase_metrics == TextDetectionModule.logged_metrics(), "monitors are checked against it"
     assert 0.0 <= hmean <= 1.0
     assert list((run_dir / "wandb").glob("offline-run-*")), "WandB must run offline by default"
     last = run_dir / "checkpoints" / "last.ckpt"

@@ -111,6 +111,29 @@ def test_a_final_folder_with_files_missing_is_rendered_again(tmp_path: Path) -> 
     assert (dataset_dir / "val" / "gt" / "gt_img_00002.txt").is_file()
 
 
+def test_an_edited_or_truncated_file_is_named_and_rendered_again_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dataset_dir = ensure_synthetic_dataset(tmp_path, TINY)
+    gt = dataset_dir / "train" / "gt" / "gt_img_00001.txt"
+    image = dataset_dir / "val" / "images" / "img_00002.jpg"
+    untouched = dataset_dir / "train" / "images" / "img_00002.jpg"
+    originals = gt.read_bytes(), image.read_bytes()
+    stamp = untouched.stat().st_mtime_ns
+    gt.write_text(gt.read_text().replace("1", "7"))  # the same count of files, edited
+    image.write_bytes(originals[1][: len(originals[1]) // 2])  # truncated
+    assert synthetic_text.damaged_files(dataset_dir, TINY) == [
+        "train/gt/gt_img_00001.txt",
+        "val/images/img_00002.jpg",
+    ]
+    with caplog.at_level("WARNING"):
+        assert ensure_synthetic_dataset(tmp_path, TINY) == dataset_dir
+    assert "train/gt/gt_img_00001.txt" in caplog.text and "rendering them again" in caplog.text
+    assert (gt.read_bytes(), image.read_bytes()) == originals
+    assert untouched.stat().st_mtime_ns == stamp
+    assert synthetic_text.is_complete(dataset_dir, TINY)
+
+
 def test_a_generation_that_fails_midway_leaves_no_dataset(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,6 +34,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import source_of
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO, atomic_write_bytes, is_partial_write
+from vramkit.core.io.disk_space import free_bytes
 from vramkit.core.tables import render_table
 from vramkit.core.units import GIB, MIB
 
@@ -115,6 +116,7 @@ class CheckpointRetention(L.Callback):
         self._folder: Path | None = None
         self._over_budget_warned = False
         self._reported = False
+        self._trainer: L.Trainer | None = None
 
     @property
     def folder(self) -> Path:
@@ -126,7 +128,10 @@ class CheckpointRetention(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        if not isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO):
+        self._trainer = trainer
+        if isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO):
+            trainer.strategy.checkpoint_io.make_room = self.make_room
+        else:
             log.warning(
                 "checkpoint writes are not atomic: the Trainer uses %s; pass "
                 "plugins=[vramkit.core.io.checkpoint_io.AtomicCheckpointIO()] "
@@ -223,6 +228,26 @@ class CheckpointRetention(L.Callback):
                 total / GIB,
                 self.budget_gib,
             )
+
+    def make_room(self, folder: Path, needed_bytes: int) -> None:
+        """Before a checkpoint write of ``needed_bytes`` into ``folder``: when that is the managed
+        folder and its disk has less free, prune (periodic checkpoints first, then runner-up
+        top-k; oldest first) until it has. A write that still does not fit is refused by the
+        checkpoint IO. (The budget is kept after each write, as the folder's size then is known.)"""
+        trainer = self._trainer
+        if trainer is None or self._folder is None or not trainer.is_global_zero:
+            return
+        if not folder.is_dir() or folder.resolve() != self._folder.resolve():
+            return
+        roles = _roles(trainer, folder)
+        by_age = _oldest_first(folder)
+        candidates = [p for p in by_age if roles.get(p.name) == "periodic"]
+        candidates += [p for p in by_age if roles.get(p.name) in ("top-k", "other")]
+        reason = f"room on the disk for the next checkpoint ({needed_bytes / MIB:.0f} MiB)"
+        for path in candidates:
+            if free_bytes(folder) >= needed_bytes:
+                return
+            self._delete(path, reason)
 
     def _delete(self, path: Path, reason: str) -> int:
         size = path.lstat().st_size

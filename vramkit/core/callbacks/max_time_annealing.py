@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import Timer
 
 from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import source_of
-from vramkit.core.optim.lr_schedules import WarmupPolyLR
+from vramkit.core.optim.lr_schedules import WarmupDecayLR
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class MaxTimeAnnealingSettings:
 
 
 class MaxTimeAnnealing(L.Callback):
-    """Ends the decay of a :class:`~vramkit.core.optim.lr_schedules.WarmupPolyLR` at the
+    """Ends the decay of a :class:`~vramkit.core.optim.lr_schedules.WarmupDecayLR` at the
     step where ``trainer.max_time`` will stop training.
 
     A poly schedule planned over ``max_epochs`` is still at about half the peak rate halfway
@@ -67,7 +67,7 @@ class MaxTimeAnnealing(L.Callback):
         self.safety_fraction = settings.safety_fraction
         self.min_steps = settings.min_steps
         self._timer: Timer | None = None
-        self._schedulers: list[WarmupPolyLR] = []
+        self._schedulers: list[WarmupDecayLR] = []
         self._start_step = 0
         self._reference: tuple[int, float] | None = None  # (step, elapsed s) the pace starts at
         self._last_checked_step = -1
@@ -93,11 +93,11 @@ class MaxTimeAnnealing(L.Callback):
         self._schedulers = [
             config.scheduler
             for config in trainer.lr_scheduler_configs
-            if isinstance(config.scheduler, WarmupPolyLR) and config.interval == "step"
+            if isinstance(config.scheduler, WarmupDecayLR) and config.interval == "step"
         ]
         if self._timer is not None and not self._schedulers:
             log.info(
-                "max_time is set, but no per-step WarmupPolyLR schedule can end earlier: "
+                "max_time is set, but no per-step WarmupDecayLR schedule can end earlier: "
                 "a run that max_time stops keeps its learning rate"
             )
         self._start_step = trainer.global_step

@@ -67,9 +67,15 @@ def reset_host_peak(clear_refs: Path = _CLEAR_REFS) -> bool:
 
 
 def read_cuda_memory(device: torch.device) -> MemoryReading:
-    """The CUDA caching allocator's statistics for ``device``."""
+    """The CUDA caching allocator's statistics for ``device`` (bytes).
+
+    One ``memory_stats`` call: ``max_memory_allocated``, ``memory_allocated`` and
+    ``max_memory_reserved`` each build the whole statistics dict and read one key of it
+    (torch/cuda/memory.py), so three calls would cost three dicts per reading.
+    """
+    stats = torch.cuda.memory_stats(device)
     return MemoryReading(
-        peak=torch.cuda.max_memory_allocated(device),
-        current=torch.cuda.memory_allocated(device),
-        reserved_peak=torch.cuda.max_memory_reserved(device),
+        peak=stats.get("allocated_bytes.all.peak", 0),
+        current=stats.get("allocated_bytes.all.current", 0),
+        reserved_peak=stats.get("reserved_bytes.all.peak", 0),
     )

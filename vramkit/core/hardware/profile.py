@@ -31,6 +31,14 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 Accelerator = Literal["gpu", "cpu"]
 ACCELERATORS: tuple[str, ...] = get_args(Accelerator)
 
+Fit = Literal["auto", "off"]
+FIT_MODES: tuple[str, ...] = get_args(Fit)
+"""What a run does when its plan does not fit: apply the cheapest remedy that fits, or refuse."""
+
+FitConsent = Literal["lora"]
+FIT_CONSENTS: tuple[str, ...] = get_args(FitConsent)
+"""What `hw.fit_allow` may grant: remedies that change what is trained ("lora")."""
+
 # Lightning turns fp16 AMP on CPU silently into bf16; a CPU profile must say what it means.
 _CPU_PRECISIONS = ("32-true", "64-true", "bf16-mixed", "bf16-true")
 
@@ -97,6 +105,11 @@ class HardwareProfile:
     """When set, accumulate_grad_batches = ceil(target / (batch_size * devices))."""
     strict: bool = True
     """Refuse to run when the device does not match the profile (false: map and rehearse)."""
+    fit: Fit = AUTO
+    """When the plan does not fit the budget: "auto" applies the cheapest remedy that fits
+    (vramkit.core.planner.auto_fit), "off" refuses and lists the remedies."""
+    fit_allow: tuple[FitConsent, ...] = ()
+    """Remedies `fit: auto` may apply although they change what is trained, e.g. ["lora"]."""
 
     @property
     def label(self) -> str:

@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,6 +25,14 @@ import torch
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from vramkit.core.io.disk_space import (
+    DiskFullError,
+    check_free_space,
+    checkpoint_bytes,
+    free_bytes,
+    ran_out_of_space,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +50,13 @@ def is_partial_write(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def atomic_output(target: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
+def atomic_output(target: str | os.PathLike[str], needed_bytes: int = 0) -> Iterator[IO[bytes]]:
     """Open a binary file whose content replaces ``target`` only if the block completes.
 
     On any exception the temporary file is removed and ``target`` keeps its previous content
-    (or stays absent). The parent folder is created when missing.
+    (or stays absent); a failure because the disk filled up is raised as `DiskFullError`
+    (``needed_bytes``: what the whole write needs, for its message). The parent folder is
+    created when missing.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -57,8 +67,19 @@ def atomic_output(target: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, target)
-    except BaseException:
+    except BaseException as error:
+        # Asked while the partial file still holds its space: after unlinking it, the disk is
+        # no longer full.
+        full = not isinstance(error, DiskFullError) and ran_out_of_space(error, target.parent)
+        written = temporary.stat().st_size if temporary.exists() else 0
         temporary.unlink(missing_ok=True)
+        if full:
+            raise DiskFullError(
+                target.parent,
+                free_bytes(target.parent),
+                max(needed_bytes, written),
+                f"{target.name} (the write failed after {written} bytes)",
+            ) from error
         raise
     _fsync_folder(target.parent)
 
@@ -90,7 +111,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     the Trainer (``plugins=[AtomicCheckpointIO()]``) makes all of them atomic. The checkpoint is
     streamed to disk, not first serialised into a second in-memory copy. Remote paths (``s3://``
     and other fsspec URLs) keep Lightning's own transactional upload.
+
+    Before each local write the space it needs (`checkpoint_bytes`: an atomic overwrite holds the
+    old and the new file at once) is made: ``make_room(folder, needed_bytes)`` is called first when
+    set (`CheckpointRetention` sets it to prune by its policy), then a folder still short of
+    space raises `DiskFullError` before a byte is written.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.make_room: Callable[[Path, int], None] | None = None
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None
@@ -103,6 +133,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             super().save_checkpoint(checkpoint, path)
             return
         _, local_path = fsspec.core.url_to_fs(str(path))  # "file:///x" → "/x"
-        with atomic_output(local_path) as handle:
+        target = Path(local_path)
+        needed = checkpoint_bytes(checkpoint)
+        if self.make_room is not None:
+            self.make_room(target.parent, needed)
+        check_free_space(target.parent, needed, f"checkpoint {target.name}")
+        with atomic_output(target, needed_bytes=needed) as handle:
             torch.save(checkpoint, handle)
         log.debug("saved checkpoint %s", path)

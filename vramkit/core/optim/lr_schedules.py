@@ -1,27 +1,38 @@
-"""Learning-rate schedules shared by the LightningModules."""
+"""Learning-rate schedules shared by the LightningModules: warm-up (steps or a fraction of the
+run), then poly, cosine or constant."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
+DECAYS = ("poly", "cosine", "constant")
+"""Shapes of the learning rate after the warm-up."""
 
-def warmup_poly_factor(step: int, total_steps: int, warmup_steps: int, poly_power: float) -> float:
+
+def warmup_decay_factor(
+    step: int, total_steps: int, warmup_steps: int, decay: str = "poly", poly_power: float = 0.9
+) -> float:
     """The multiplier of the peak rate at optimizer ``step``: linear warm-up over
-    ``warmup_steps``, then DBNet's poly decay ``(1 - t/T)^poly_power``, zero from
-    ``total_steps`` on."""
+    ``warmup_steps``, then ``decay`` to zero at ``total_steps``: DBNet's poly ``(1 - t/T)^power``,
+    cosine ``(1 + cos(pi t/T)) / 2``, or constant (the peak rate to the end)."""
     if step < warmup_steps:
         return (step + 1) / warmup_steps
+    if decay == "constant":
+        return 1.0
     decay_steps = max(1, total_steps - warmup_steps)
     progress = min(1.0, (step - warmup_steps) / decay_steps)
+    if decay == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
     return (1.0 - progress) ** poly_power
 
 
-class WarmupPolyLR(LRScheduler):
-    """Per-step warm-up and poly decay to zero at ``total_steps``, an end that may move.
+class WarmupDecayLR(LRScheduler):
+    """Per-step warm-up and decay to zero at ``total_steps``, an end that may move.
 
     :meth:`end_at` moves the end between the warm-up and the planned ``total_steps`` (e.g. to
     where ``trainer.max_time`` will stop the run, see
@@ -36,6 +47,7 @@ class WarmupPolyLR(LRScheduler):
         warmup_steps: int = 50,
         poly_power: float = 0.9,
         last_epoch: int = -1,
+        decay: str = "poly",
     ) -> None:
         if total_steps < 1:
             raise ValueError(f"total_steps must be >= 1, got {total_steps}")
@@ -43,11 +55,12 @@ class WarmupPolyLR(LRScheduler):
         self.total_steps = int(total_steps)  # where the decay reaches zero now
         self.warmup_steps = int(warmup_steps)
         self.poly_power = float(poly_power)
+        self.decay = decay
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
-        factor = warmup_poly_factor(
-            self.last_epoch, self.total_steps, self.warmup_steps, self.poly_power
+        factor = warmup_decay_factor(
+            self.last_epoch, self.total_steps, self.warmup_steps, self.decay, self.poly_power
         )
         return [base_lr * factor for base_lr in self.base_lrs]
 
@@ -64,29 +77,41 @@ class WarmupPolyLR(LRScheduler):
 
 
 @dataclass(frozen=True)
-class WarmupPolySchedule:
-    """Linear warm-up to the peak rate, then DBNet's poly decay ``(1 - t/T)^power`` to zero."""
+class WarmupDecaySchedule:
+    """The keys of ``model.lr_schedule``: linear warm-up to the peak rate, then a decay to zero at
+    the end of training (per optimizer step)."""
 
-    warmup_steps: int = 50  # optimizer steps of linear warm-up
-    poly_power: float = 0.9  # exponent of the decay
+    warmup_steps: int = field(default=50, metadata={"ge": 0})
+    """Optimizer steps of linear warm-up from 0."""
+    warmup_fraction: float | None = field(default=None, metadata={"ge": 0.0, "lt": 1.0})
+    """Warm-up as a fraction of the run's optimizer steps (0.05: 5%); when set it replaces
+    ``warmup_steps``."""
+    decay: Literal["poly", "cosine", "constant"] = "poly"
+    """The shape after the warm-up: poly (DBNet), cosine, or constant."""
+    poly_power: float = field(default=0.9, metadata={"gt": 0.0})
+    """Exponent of the poly decay."""
 
-    def __post_init__(self) -> None:
-        if self.warmup_steps < 0:
-            raise ValueError(f"lr_schedule.warmup_steps must be >= 0, got {self.warmup_steps}")
-        if self.poly_power <= 0:
-            raise ValueError(f"lr_schedule.poly_power must be > 0, got {self.poly_power}")
+    def warmup_for(self, total_steps: int) -> int:
+        """Warm-up steps of a run of ``total_steps`` optimizer steps."""
+        if self.warmup_fraction is None:
+            return self.warmup_steps
+        return round(self.warmup_fraction * total_steps)
 
     def factor(self, step: int, total_steps: int) -> float:
         """The multiplier of the peak learning rate at optimizer ``step`` of ``total_steps``."""
-        return warmup_poly_factor(step, total_steps, self.warmup_steps, self.poly_power)
+        return warmup_decay_factor(
+            step, total_steps, self.warmup_for(total_steps), self.decay, self.poly_power
+        )
 
-    def build(self, optimizer: torch.optim.Optimizer, total_steps: int) -> WarmupPolyLR:
+    def build(self, optimizer: torch.optim.Optimizer, total_steps: int) -> WarmupDecayLR:
         """A per-step scheduler of ``optimizer`` over ``total_steps`` optimizer steps."""
-        return WarmupPolyLR(
+        total_steps = max(1, total_steps)
+        return WarmupDecayLR(
             optimizer,
-            max(1, total_steps),
-            warmup_steps=self.warmup_steps,
+            total_steps,
+            warmup_steps=self.warmup_for(total_steps),
             poly_power=self.poly_power,
+            decay=self.decay,
         )
 
     def lightning_config(

@@ -7,14 +7,16 @@ from typing import Any
 
 import torch
 
-from vramkit.core.optim.lr_schedules import WarmupPolySchedule
+from vramkit.core.config.schema import check_settings
+from vramkit.core.config.source import source_of
+from vramkit.core.optim.lr_schedules import WarmupDecaySchedule
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
 
 
 class ScheduledOptimization:
     """A LightningModule mixin: one optimizer over all parameters, stepped by a
-    :class:`WarmupPolySchedule` every optimizer step, and an optionally compiled network.
+    :class:`WarmupDecaySchedule` every optimizer step, and an optionally compiled network.
 
     Listed before the LightningModule base (``class M(ScheduledOptimization, OOMResilientModule)``)
     so its ``configure_model`` and ``configure_optimizers`` are the ones Lightning calls; the
@@ -23,7 +25,7 @@ class ScheduledOptimization:
     """
 
     optimizer_factory: OptimizerFactory
-    lr_schedule: WarmupPolySchedule
+    lr_schedule: WarmupDecaySchedule
     compiled_network: str | None
 
     def init_optimization(
@@ -38,7 +40,12 @@ class ScheduledOptimization:
         options; with ``compile``, the submodule named ``network`` is compiled in
         ``configure_model``."""
         self.optimizer_factory = optimizer
-        self.lr_schedule = WarmupPolySchedule(**(lr_schedule or {}))
+        self.lr_schedule = check_settings(
+            lr_schedule or {},
+            WarmupDecaySchedule,
+            key_prefix="model.lr_schedule.",
+            source=source_of("model"),
+        )
         self.compiled_network = network if compile else None
 
     def configure_model(self) -> None:

@@ -46,7 +46,7 @@ def _keep_effective_batch(
 
 
 def resolve_auto_batch_sizes(
-    cfg: DictConfig, profile: HardwareProfile
+    cfg: DictConfig, profile: HardwareProfile, plan: MemoryPlan | None = None
 ) -> tuple[int, int, int, list[str]]:
     """Batch sizes for a profile's "auto" fields: (train, val, accumulate_grad_batches, lines).
 
@@ -55,7 +55,8 @@ def resolve_auto_batch_sizes(
     batch must be smaller than the intended effective batch (`hw.target_effective_batch`, else
     the task's `batch_size_defaults.train`), gradient accumulation keeps it. A CPU profile keeps
     the task's `batch_size_defaults`. Explicit (non-"auto") sizes are returned unchanged. The
-    lines say what was chosen and why, for the console.
+    lines say what was chosen and why, for the console. `plan` is this config's plan on
+    `profile` when one was made already (the same batch sizes asked for), to trace nothing twice.
     """
     train_auto = profile.batch_size == AUTO
     val_auto = profile.val_batch_size == AUTO
@@ -70,13 +71,14 @@ def resolve_auto_batch_sizes(
         line = f"{profile.name}: no GPU budget to plan, batch sizes {train} / {val} (task defaults)"
         return train, val, profile.accumulate_grad_batches, [line]
 
-    plan = plan_task(
-        cfg,
-        profile,
-        train_batch_size=None if train_auto else profile.batch_size,
-        val_batch_size=None if val_auto else profile.val_batch_size,
-        with_remedies=False,
-    )
+    if plan is None:
+        plan = plan_task(
+            cfg,
+            profile,
+            train_batch_size=None if train_auto else profile.batch_size,
+            val_batch_size=None if val_auto else profile.val_batch_size,
+            with_remedies=False,
+        )
     budget = plan.budget_bytes
     if plan.train.peak > budget or plan.val.peak > budget:
         phase = "training" if plan.train.peak > budget else "validation"

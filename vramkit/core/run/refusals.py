@@ -16,11 +16,14 @@ from collections.abc import Iterator
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
+from vramkit.core.callbacks.bad_input_report import NoUsableInputError
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.hardware.device_check import HardwareMismatchError
+from vramkit.core.io.disk_space import DiskFullError
+from vramkit.core.planner.errors import DoesNotFitError
 
-REFUSALS = (ConfigError, HardwareMismatchError)
-"""Errors whose message is the whole story."""
+REFUSALS = (ConfigError, HardwareMismatchError, DoesNotFitError, DiskFullError, NoUsableInputError)
+"""Errors whose message is the whole story (a full disk names its folder, free and needed bytes)."""
 EXIT_REFUSED = 2
 """The exit status of a refused run (as argparse uses for usage errors)."""
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hydra.core.hydra_config import HydraConfig
 from lightning.fabric.utilities.rank_zero import rank_zero_only
@@ -31,6 +33,10 @@ from vramkit.core.hardware.profile import (
 from vramkit.core.hardware.settled import mark_settled, settling
 from vramkit.core.planner.task_defaults import DEFAULTS_KEY, task_batch_default
 
+if TYPE_CHECKING:
+    from vramkit.core.planner.task_plan import MemoryPlan
+    from vramkit.core.run.fit_to_budget import FitOutcome
+
 _DATA_DEFAULTS = (
     ("batch_size", "train"),
     ("val_batch_size", "val"),
@@ -46,23 +52,29 @@ def resolve_hardware(
     device: DeviceInfo | None = None,
     plan_batches: bool = True,
     check_device: bool = True,
+    fit_records: list[dict] | None = None,
 ) -> HardwareProfile:
     """Settle the run's hardware profile and write it into `cfg.hw`; return it.
 
     Without `cfg.hw` (no `+hw=` given) the profile is detected from `device` (probed when None)
     and loaded from `conf_dir/hw/<name>.yaml`; `hw.*` keys given without a profile are merged on
-    top. On a GPU, "auto" batch sizes come from the memory planner when `plan_batches` is true
-    and `cfg` has a model and data to plan (else, and on a CPU, from the task's stated defaults).
-    Raises `ProfileError` for an invalid profile or missing data defaults,
-    `HardwareMismatchError` when a strict profile does not fit the device, and the planner's
-    `DoesNotFitError` when not even one sample fits. Prints one line for each decision it takes
-    (detection, mapping, memory cap, auto batch sizes, accumulation). With `check_device=False`
-    the profile is settled for its own hardware (a preview, as `--cfg job --resolve` shows it):
-    no device check and no memory cap. `cfg` is marked settled on return, so the
+    top. On a GPU profile with a model and data to plan (and `plan_batches` true) the memory
+    planner plans the requested run: when it does not fit, `hw.fit: auto` applies the cheapest
+    remedy that fits to `cfg` (its overrides, as if typed after the command) and `hw.fit: off`
+    refuses with the remedies listed; a GPU profile rehearsed on a CPU (`hw.strict=false`) only
+    says what it would do. "auto" batch sizes then come from the planner (else, and on a CPU,
+    from the task's stated defaults). Raises `ProfileError` for an invalid profile or missing
+    data defaults, `HardwareMismatchError` when a strict profile does not fit the device, and
+    the planner's `DoesNotFitError` when the run does not fit and is not fitted. Prints one line
+    for each decision it takes (detection, mapping, memory cap, fit, auto batch sizes,
+    accumulation). With `check_device=False` the profile is settled for its own hardware (a
+    preview, as `--cfg job --resolve` shows it): no device check and no memory cap. When the
+    plan did not fit, what the fit decided is appended to `fit_records` (the contents of the
+    run folder's `fit_decision.json`). `cfg` is marked settled on return, so the
     `${resolved_hw:…}` interpolations read `cfg.hw` from then on.
     """
     with settling(cfg):
-        profile = _settle(cfg, conf_dir, device, plan_batches, check_device)
+        profile = _settle(cfg, conf_dir, device, plan_batches, check_device, fit_records)
     mark_settled(cfg)
     return profile
 
@@ -73,27 +85,109 @@ def _settle(
     device: DeviceInfo | None,
     plan_batches: bool,
     check_device: bool,
+    fit_records: list[dict] | None,
 ) -> HardwareProfile:
     if check_device and device is None:
         device = probe_device()
-    requested = requested_profile(cfg, conf_dir=conf_dir, device=device)
+    requested, profile = _checked_profile(cfg, conf_dir, device, check_device)
+    plan = None
+    target = _fit_target(cfg, requested.profile, profile) if plan_batches else None
+    if target is not None:
+        outcome = _fit(cfg, target, rehearsal=profile.accelerator != "gpu", conf_dir=conf_dir)
+        if outcome is not None:
+            record = outcome.record()
+            if record is not None and fit_records is not None:
+                fit_records.append(record)
+            if outcome.applied:
+                # The remedy's overrides changed `cfg`: settle its profile again, quietly.
+                requested, profile = _checked_profile(
+                    cfg, conf_dir, device, check_device, echo=False
+                )
+            elif profile.accelerator == "gpu":
+                plan = outcome.plan
+
+    planned = _planned_batch_sizes(cfg, profile, plan) if plan_batches else profile
+    resolved = resolve_batch_sizes(planned, cfg, source=requested.source)
+    with open_dict(cfg):
+        cfg.hw = dataclasses.asdict(resolved)
+    return resolved
+
+
+def _checked_profile(
+    cfg: DictConfig,
+    conf_dir: Path,
+    device: DeviceInfo | None,
+    check_device: bool,
+    *,
+    echo: bool = True,
+) -> tuple[RequestedProfile, HardwareProfile]:
+    """The requested profile, and the one the run uses on `device` (mapped or capped)."""
+    requested = requested_profile(cfg, conf_dir=conf_dir, device=device, echo=echo)
     profile, source = requested.profile, requested.source
     if check_device:
         fit = check_profile(profile, device, source=source, detected=requested.detected)
-        if fit.problems:
+        if fit.problems and echo:
             _echo(
                 f"rehearsing {profile.name} on this machine (hw.strict=false; "
                 f"{'; '.join(fit.problems)}): {fit.mapping()}"
             )
         if fit.memory_cap is not None:
-            _echo(_memory_cap_line(fit.profile, device, apply_memory_cap(fit.profile, device)))
+            fraction = apply_memory_cap(fit.profile, device)
+            if echo:
+                _echo(_memory_cap_line(fit.profile, device, fraction))
         profile = fit.profile
+    return requested, profile
 
-    planned = _planned_batch_sizes(cfg, profile) if plan_batches else profile
-    resolved = resolve_batch_sizes(planned, cfg, source)
-    with open_dict(cfg):
-        cfg.hw = dataclasses.asdict(resolved)
-    return resolved
+
+def _fit_target(
+    cfg: DictConfig, requested: HardwareProfile, running: HardwareProfile
+) -> HardwareProfile | None:
+    """The GPU profile to plan the requested run on: the one the run uses, or, on a CPU
+    rehearsal, the requested one; None when there is nothing to plan."""
+    target = running if running.accelerator == "gpu" else requested
+    if target.accelerator != "gpu" or target.budget_gib is None or not _plannable(cfg):
+        return None
+    return target
+
+
+def _plannable(cfg: DictConfig) -> bool:
+    """The config has a model and a datamodule to build (each with a `_target_`)."""
+    return all(
+        isinstance(cfg.get(key), DictConfig) and "_target_" in cfg[key] for key in ("model", "data")
+    )
+
+
+def _fit(
+    cfg: DictConfig, profile: HardwareProfile, *, rehearsal: bool, conf_dir: Path
+) -> FitOutcome | None:
+    # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
+    from vramkit.core.planner import DoesNotFitError, PlanningError
+    from vramkit.core.run.fit_to_budget import fit_to_budget
+
+    # Without `+hw=<profile>` Hydra has no `hw` node to change: the user types `+hw.key=…`.
+    typed = _typed_override(HydraConfig.initialized() and _hydra_hw_context()[0] is None)
+    try:
+        return fit_to_budget(
+            cfg, profile, rehearsal=rehearsal, conf_dir=conf_dir, typed=typed, echo=_echo
+        )
+    except DoesNotFitError:
+        raise
+    except PlanningError as error:
+        _echo(f"memory planner unavailable ({error}); the run is not checked against the budget")
+        return None
+
+
+def _typed_override(plus_hw: bool) -> Callable[[str], str]:
+    """Overrides as the user appends them: `+hw.key=…` when no `+hw=` profile was given, and
+    `++hw.key=…` when the command adds that key already (Hydra refuses to add a key twice)."""
+    given = {override_key(o) for o in command_line_overrides()}
+
+    def typed(override: str) -> str:
+        if plus_hw and override.startswith("hw."):
+            return ("++" if override_key(override) in given else "+") + override
+        return override
+
+    return typed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +200,7 @@ class RequestedProfile:
 
 
 def requested_profile(
-    cfg: DictConfig, *, conf_dir: Path, device: DeviceInfo | None = None
+    cfg: DictConfig, *, conf_dir: Path, device: DeviceInfo | None = None, echo: bool = True
 ) -> RequestedProfile:
     """The `+hw=<name>` profile of `cfg`, or the one detected for `device` (probed when None).
 
@@ -126,7 +220,8 @@ def requested_profile(
         if given is not None:
             raw = OmegaConf.merge(raw, given)
             line += f"; hw keys given on top: {', '.join(str(key) for key in given)}"
-        _echo(line)
+        if echo:
+            _echo(line)
         with open_dict(cfg):
             cfg.hw = raw
         source = ProfileSource(detection.source.file, overrides)
@@ -173,19 +268,19 @@ def resolve_batch_sizes(
     return dataclasses.replace(profile, accumulate_grad_batches=accumulate)
 
 
-def _planned_batch_sizes(cfg: DictConfig, profile: HardwareProfile) -> HardwareProfile:
-    """A GPU profile with its "auto" batch sizes resolved by the memory planner."""
-    plannable = all(
-        isinstance(cfg.get(key), DictConfig) and "_target_" in cfg[key] for key in ("model", "data")
-    )
+def _planned_batch_sizes(
+    cfg: DictConfig, profile: HardwareProfile, plan: MemoryPlan | None = None
+) -> HardwareProfile:
+    """A GPU profile with its "auto" batch sizes resolved by the memory planner (from `plan`
+    when the requested run was planned already)."""
     wants_auto = AUTO in (profile.batch_size, profile.val_batch_size)
-    if profile.accelerator != "gpu" or not wants_auto or not plannable:
+    if profile.accelerator != "gpu" or not wants_auto or not _plannable(cfg):
         return profile
     # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
     from vramkit.core.planner import DoesNotFitError, PlanningError, resolve_auto_batch_sizes
 
     try:
-        train, val, accumulate, lines = resolve_auto_batch_sizes(cfg, profile)
+        train, val, accumulate, lines = resolve_auto_batch_sizes(cfg, profile, plan)
     except DoesNotFitError:
         raise
     except PlanningError as error:

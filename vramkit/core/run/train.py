@@ -12,13 +12,16 @@ from omegaconf import DictConfig, OmegaConf
 from vramkit.core.callbacks.working_set import keep_working_callbacks
 from vramkit.core.config.added_keys import check_added_keys
 from vramkit.core.config.instantiate import instantiate, instantiate_group
+from vramkit.core.config.monitored_metrics import check_monitored_metrics
 from vramkit.core.config.source import command_line_overrides
 from vramkit.core.config.trainer_schema import check_trainer
 from vramkit.core.hardware.profile import describe_profile
+from vramkit.core.run.fit_to_budget import write_fit_decision
 from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.resolve_hardware import resolve_hardware
 from vramkit.core.run.run_folder import RUN_CONFIG, record_name
 from vramkit.core.run.run_record import RECORD_NAME, write_run_record
+from vramkit.core.run.run_summary import summary_lines
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +36,11 @@ def train(cfg: DictConfig) -> float | None:
     # honour must stop the run before any planning, data or model work.
     check_trainer(cfg.trainer)
     check_added_keys(cfg, command_line_overrides(), conf_dir=Path(cfg.paths.conf_dir))
-    profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir))
+    check_monitored_metrics(cfg)
+    fit_records: list[dict] = []
+    profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), fit_records=fit_records)
     log.info("Hardware profile\n%s", describe_profile(profile))
-    _record_config(cfg, Path(cfg.paths.output_dir))
+    _record_config(cfg, Path(cfg.paths.output_dir), fit_records)
 
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
@@ -51,15 +56,26 @@ def train(cfg: DictConfig) -> float | None:
         log_config(trainer, cfg)
         if cfg.get("train", True):
             trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-        return _optimized_metric(trainer, cfg.get("optimized_metric"))
+        result = _optimized_metric(trainer, cfg.get("optimized_metric"))
     finally:
         finish_wandb()
+    if cfg.get("train", True):
+        _log_summary(trainer)  # last, after the loggers' own closing output
+    return result
 
 
 @rank_zero_only
-def _record_config(cfg: DictConfig, output_dir: Path) -> None:
+def _log_summary(trainer: L.Trainer) -> None:
+    for line in summary_lines(trainer):
+        log.info(line)
+
+
+@rank_zero_only
+def _record_config(cfg: DictConfig, output_dir: Path, fit_records: list[dict]) -> None:
     # Once per run, not per DDP process; a resumed run keeps the first run's record.
     output_dir.mkdir(parents=True, exist_ok=True)
+    for record in fit_records:
+        write_fit_decision(output_dir, record)
     config_name = record_name(output_dir, RUN_CONFIG)
     (output_dir / config_name).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     write_run_record(

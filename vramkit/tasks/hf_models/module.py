@@ -75,6 +75,13 @@ class HFModelModule(ScheduledOptimization, OOMResilientModule):
     model type) and ``config_overrides`` (``config.json`` fields); logs ``train/loss``,
     ``val/loss`` and, for classification, ``train/accuracy`` and ``val/accuracy``."""
 
+    @classmethod
+    def logged_metrics(cls, model_cfg: Any = None) -> frozenset[str]:
+        """Every metric name a run of this module logs (monitors are checked against it)."""
+        classifies = model_cfg is None or model_cfg.get("task") in CLASSIFICATION
+        names = ("loss", "accuracy") if classifies else ("loss",)
+        return frozenset(f"{phase}/{name}" for phase in ("train", "val") for name in names)
+
     def __init__(
         self,
         *,

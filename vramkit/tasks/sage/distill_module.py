@@ -102,6 +102,8 @@ class SageDistillModule(GridModelModule):
                 f"{cached}-wide teacher features"
             )
 
+    SCORED = (*GridModelModule.SCORED, TEACHER)
+    EXTRA_LOSSES = ("task_loss", "feature_loss")
     MEAN_UNITS: Mapping[str, str] = {
         **GridModelModule.MEAN_UNITS,
         "feature_mse": "tokens",

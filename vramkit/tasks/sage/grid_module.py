@@ -83,6 +83,19 @@ class GridModelModule(ScheduledOptimization, OOMResilientModule):
     # the unit each mean of the loss averages over (keys of unit_counts)
     MEAN_UNITS: Mapping[str, str] = {"cell_ce": "cells", "size_ce": "samples"}
 
+    # predictors scored at every validation (metric-name prefixes), and the extra losses logged
+    SCORED: tuple[str, ...] = (MODEL, COPY)
+    EXTRA_LOSSES: tuple[str, ...] = ()
+
+    @classmethod
+    def logged_metrics(cls, model_cfg: Any = None) -> frozenset[str]:
+        """Every metric name a run of this module may log (monitors are checked against it)."""
+        losses = ("loss", *cls.MEAN_UNITS, *cls.EXTRA_LOSSES)
+        scores = [f"{p}{s}" for p in cls.SCORED for s in ("cell_acc", "exact_match", "size_acc")]
+        names = [f"train/{name}" for name in losses]
+        names += [f"{phase}/{name}" for phase in ("val", "test") for name in (*losses, *scores)]
+        return frozenset(names)
+
     def __init__(
         self,
         net: nn.Module,

@@ -25,6 +25,13 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
     the text-classification datamodule's ``input_ids``, ``attention_mask`` and ``labels``.
     """
 
+    @classmethod
+    def logged_metrics(cls, model_cfg: Any = None) -> frozenset[str]:
+        """Every metric name a run of this module logs (monitors are checked against it)."""
+        return frozenset(
+            f"{phase}/{name}" for phase in ("train", "val") for name in ("loss", "accuracy")
+        )
+
     def __init__(
         self,
         *,

@@ -1,10 +1,13 @@
-"""ICDAR 2015 text-localisation evaluation (Robust Reading Challenge 4, task 1), fast.
+"""ICDAR 2015 text-localisation evaluation, DB protocol (DBNet's shapely port), fast.
 
-The protocol of the official ``script.py``:
+This is what training's ``val/hmean`` and ``--protocol db`` use, for comparison with DB-style
+papers. It differs from the official RRC script (``--protocol official``, see
+:mod:`vramkit.tasks.text_detection.rrc_protocol`) on what real submissions contain:
 
 - ground-truth and detection polygons that are not valid simple polygons (self-intersecting,
   zero area, fewer than 3 points, non-finite) are skipped, as the shapely port used by DBNet's
-  reference code does, and counted in ``invalid_gt`` / ``invalid_det``;
+  reference code does, and counted in ``invalid_gt`` / ``invalid_det``; transcriptions are
+  trimmed of spaces before the ``###`` test; a confidence column is allowed;
 - a detection is don't-care when intersection / detection area > 0.5 for some single ``###``
   ground-truth region (checked in ground-truth order);
 - IoU = intersection / (detection area + ground-truth area − intersection); a pair matches when
@@ -23,8 +26,7 @@ intersected all at once in numpy (Sutherland–Hodgman clipping by whichever pol
 A pair whose decision lies within a rounding margin of the threshold, or whose polygons are both
 non-convex, is recomputed with shapely in the argument order of the script (detection first for
 IoU, ground truth first for the don't-care test), so the counts are identical to an all-pairs
-shapely loop. (The official script uses the Polygon library instead of shapely; the two can
-differ only by float rounding.)
+shapely loop.
 
 Command line: ``python -m vramkit.tasks.text_detection.icdar_eval GT_DIR PRED_DIR [--strict]``
 prints one JSON line.

@@ -5,6 +5,9 @@ Layout: ``<root>/images/<stem>.{jpg,jpeg,png,bmp}`` and ``<root>/gt/gt_<stem>.tx
 Bad input never stops a non-strict run and is never silent:
 
 - a malformed ground-truth line is skipped with a warning naming file:line (``bad_lines``);
+- a line that parses but has bad geometry (bow-tie, zero-area, out-of-image, duplicate, extra
+  points, absurd transcription) is repaired or kept as don't-care with a warning naming
+  file:line and counted (``geometry_<kind>``; see `annotation_checks`);
 - an image without a ground-truth file is left out with a warning (``missing_gt``);
 - a ground-truth file without an image is reported (``orphan_gt``);
 - an image that cannot be decoded gives ``None`` from ``__getitem__`` with a warning naming it;
@@ -34,9 +37,11 @@ import albumentations
 import cv2
 import numpy as np
 import torch
+from PIL import Image
 from torch.utils.data import Dataset, default_collate
 
 from vramkit.core.io.disk_cache import ValidationCache, content_key
+from vramkit.tasks.text_detection.annotation_checks import check_annotation
 from vramkit.tasks.text_detection.device_inputs import BINARY_MAP_KEYS, MAP_KEYS, image_to_tensor
 from vramkit.tasks.text_detection.icdar_format import read_ground_truth
 from vramkit.tasks.text_detection.targets import make_targets
@@ -51,6 +56,7 @@ _CACHED_BY = (
     "vramkit.tasks.text_detection.device_inputs",
     "vramkit.tasks.text_detection.targets",
     "vramkit.tasks.text_detection.polygon_geometry",
+    "vramkit.tasks.text_detection.annotation_checks",
 )
 # (image, polygons, ignore) -> (image, polygons), e.g. augment.PolygonTransform
 PolygonTransformFn = Callable[
@@ -84,6 +90,17 @@ def _compact(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         name: array.astype(np.uint8) if name in BINARY_MAP_KEYS else array
         for name, array in arrays.items()
     }
+
+
+def image_size(path: Path) -> tuple[int, int] | None:
+    """(height, width) in px from the image file's header, or None when it cannot be read (the
+    image is then skipped, with its warning, when a loader reaches it)."""
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
+    return height, width
 
 
 def _outside(polygon: np.ndarray, height: int, width: int) -> bool:
@@ -133,6 +150,7 @@ class TextDetectionDataset(Dataset):
         self.bad_lines = 0
         self.missing_gt = 0
         self.orphan_gt = 0
+        self.geometry: dict[str, int] = {}  # geometry_<kind>: annotations found and repaired
         self.image_paths: list[Path] = []
         self.polygons: list[list[np.ndarray]] = []
         self.ignore: list[list[bool]] = []
@@ -166,9 +184,16 @@ class TextDetectionDataset(Dataset):
             for bad in annotation.bad_lines:
                 self.bad_lines += 1
                 warnings.warn(f"{bad}; line skipped", DataWarning, stacklevel=2)
+            checked = check_annotation(
+                annotation, gt_path, image_size(image_path), strict=self.strict
+            )
+            for kind, finding in checked.findings:
+                key = f"geometry_{kind}"
+                self.geometry[key] = self.geometry.get(key, 0) + 1
+                warnings.warn(str(finding), DataWarning, stacklevel=2)
             self.image_paths.append(image_path)
-            self.polygons.append(annotation.polygons)
-            self.ignore.append(annotation.ignore)
+            self.polygons.append(checked.polygons)
+            self.ignore.append(checked.ignore)
             if self.cache is not None:
                 self.gt_digests.append(hashlib.sha256(gt_path.read_bytes()).hexdigest())
         if gt_dir.is_dir():
@@ -185,6 +210,7 @@ class TextDetectionDataset(Dataset):
             "bad_lines": self.bad_lines,
             "missing_gt": self.missing_gt,
             "orphan_gt": self.orphan_gt,
+            **self.geometry,
         }
 
     def __len__(self) -> int:

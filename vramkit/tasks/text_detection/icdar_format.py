@@ -30,6 +30,7 @@ class Annotation:
     polygons: list[np.ndarray] = field(default_factory=list)  # each (4, 2) float32
     ignore: list[bool] = field(default_factory=list)  # True for ``###`` (do-not-care)
     texts: list[str] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # 1-based line number of each instance
     bad_lines: list[BadLine] = field(default_factory=list)
 
 
@@ -83,6 +84,7 @@ def read_ground_truth(path: str | Path, *, strict: bool = False) -> Annotation:
         annotation.polygons.append(polygon)
         annotation.ignore.append(text == DONT_CARE)
         annotation.texts.append(text)
+        annotation.lines.append(number)
     return annotation
 
 
@@ -114,6 +116,7 @@ def read_detections(path: str | Path, *, strict: bool = False) -> Annotation:
         annotation.polygons.append(polygon)
         annotation.ignore.append(False)
         annotation.texts.append("")
+        annotation.lines.append(number)
     return annotation
 
 

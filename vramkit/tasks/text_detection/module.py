@@ -22,6 +22,14 @@ class TextDetectionModule(ScheduledOptimization, OOMResilientModule):
     ICDAR 2015 protocol, so ``val/hmean`` is the number the official evaluation would give.
     """
 
+    @classmethod
+    def logged_metrics(cls, model_cfg: Any = None) -> frozenset[str]:
+        """Every metric name a run of this module logs (monitors are checked against it)."""
+        losses = ("loss", "loss_prob", "loss_binary", "loss_thresh")
+        return frozenset(
+            [f"train/{name}" for name in losses] + ["val/precision", "val/recall", "val/hmean"]
+        )
+
     def __init__(
         self,
         net: nn.Module,

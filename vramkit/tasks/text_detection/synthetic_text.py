@@ -3,7 +3,7 @@
 Layout::
 
     <root>/synthetic_text-<hash>/
-        manifest.json                      params, counts, hash, creation time, speed
+        manifest.json                      params, counts, hash, per-file checksums, creation time
         train/images/img_00001.jpg  train/gt/gt_img_00001.txt  ...
         val/images/...              val/gt/...
 
@@ -11,7 +11,9 @@ Layout::
 parameter writes a new folder and an unchanged one is reused. Each image's random generator is
 seeded from (seed, split, index): the same parameters give byte-identical ground-truth files.
 Generation happens in a hidden temporary folder that is renamed into place only when complete,
-so an interrupted run never leaves a folder that looks finished.
+so an interrupted run never leaves a folder that looks finished. The manifest holds every file's
+SHA-256: a file edited, truncated or deleted later is found at the next run, named in a warning
+and rendered again (the same bytes, as rendering is deterministic).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -36,6 +38,7 @@ import numpy as np
 
 from vramkit.core.config.schema import check_fields, check_settings
 from vramkit.core.config.source import ConfigSource
+from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.tasks.text_detection.icdar_format import DONT_CARE, write_ground_truth
 from vramkit.tasks.text_detection.text_renderer import TextRenderer
 
@@ -151,22 +154,78 @@ def read_manifest(dataset_dir: Path) -> dict[str, Any] | None:
 
 
 def is_complete(dataset_dir: Path, config: SyntheticTextConfig) -> bool:
-    """True when the folder holds a finished dataset for exactly these parameters."""
+    """True when the folder holds a finished dataset for exactly these parameters, every file
+    as the manifest recorded it."""
+    return damaged_files(dataset_dir, config) == []
+
+
+def damaged_files(dataset_dir: Path, config: SyntheticTextConfig) -> list[str] | None:
+    """The files (relative paths) that differ from the manifest's checksums, or are missing;
+    None when the folder is no finished dataset of these parameters at all."""
+    dataset_dir = Path(dataset_dir)
     manifest = read_manifest(dataset_dir)
     if manifest is None or manifest.get("hash") != config.params_hash():
-        return False
+        return None
+    recorded = manifest.get("files")
+    if not isinstance(recorded, dict):
+        return None  # written before checksums were recorded: render it again
+    expected = {
+        _relative(split, index, kind)
+        for split in SPLITS
+        for index in range(config.count(split))
+        for kind in ("image", "gt")
+    }
+    if set(recorded) != expected:
+        return None
+    return [name for name in sorted(recorded) if _checksum(dataset_dir / name) != recorded[name]]
+
+
+def _relative(split: str, index: int, kind: str) -> str:
+    name = image_name(index)
+    return f"{split}/images/{name}.jpg" if kind == "image" else f"{split}/gt/gt_{name}.txt"
+
+
+def _checksum(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _checksums(dataset_dir: Path, config: SyntheticTextConfig) -> dict[str, str | None]:
+    return {
+        name: _checksum(dataset_dir / name)
+        for split in SPLITS
+        for index in range(config.count(split))
+        for kind in ("image", "gt")
+        for name in [_relative(split, index, kind)]
+    }
+
+
+def _repair(dataset_dir: Path, config: SyntheticTextConfig, damaged: list[str]) -> None:
+    """Render the images whose image or ground-truth file is damaged again, in place."""
+    log.warning(
+        "synthetic text dataset %s: %d file(s) differ from the manifest (%s); rendering them again",
+        dataset_dir,
+        len(damaged),
+        ", ".join(damaged[:5]) + (", ..." if len(damaged) > 5 else ""),
+    )
+    renderer = TextRenderer()
     for split in SPLITS:
-        images = Path(dataset_dir) / split / "images"
-        gts = Path(dataset_dir) / split / "gt"
-        if not images.is_dir() or not gts.is_dir():
-            return False
-        expected = config.count(split)
-        if (
-            sum(1 for _ in images.iterdir()) != expected
-            or sum(1 for _ in gts.iterdir()) != expected
-        ):
-            return False
-    return True
+        indices = sorted(
+            {
+                index
+                for index in range(config.count(split))
+                if {_relative(split, index, "image"), _relative(split, index, "gt")} & set(damaged)
+            }
+        )
+        if indices:
+            write_images(renderer, config, split, indices, dataset_dir / split)
+    manifest = read_manifest(dataset_dir)
+    assert manifest is not None
+    # The same OpenCV encodes the same bytes; another version may not, so record what is there.
+    manifest["files"] = _checksums(dataset_dir, config)
+    atomic_write_bytes(dataset_dir / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
 
 
 def _pid_is_alive(pid: int) -> bool:
@@ -200,7 +259,7 @@ def write_images(
     renderer: TextRenderer,
     config: SyntheticTextConfig,
     split: str,
-    indices: range,
+    indices: Iterable[int],
     split_dir: Path,
 ) -> dict[str, int]:
     """Render and write images ``indices`` of ``split`` into ``split_dir``/{images,gt}.
@@ -313,7 +372,11 @@ def ensure_synthetic_dataset(
     """
     root = Path(root)
     final = synthetic_dataset_dir(root, config)
-    if is_complete(final, config):
+    damaged = damaged_files(final, config)
+    if damaged:
+        _repair(final, config, damaged)
+        damaged = damaged_files(final, config)
+    if damaged == []:
         return final
     root.mkdir(parents=True, exist_ok=True)
     _remove_abandoned_temporaries(root, final.name)
@@ -338,6 +401,7 @@ def ensure_synthetic_dataset(
             "generation_seconds": round(seconds, 3),
             "generation_processes": workers,
             "images_per_s": round(total / seconds, 2),
+            "files": _checksums(temporary, config),
         }
         (temporary / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         _move_into_place(temporary, final, config)

@@ -1,0 +1,90 @@
+"""A stand-in for `MemoryPlanner` whose peaks are a formula of the setup (GiB), for fast and
+exact tests of the decisions made on top of plans (automatic fitting)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import OmegaConf
+
+from vramkit.core.hardware.profile import HardwareProfile
+from vramkit.core.planner.optimizer_layouts import ADAMW_8BIT, CONFIGURED, ZERO2_OFFLOAD
+from vramkit.core.planner.plan import TRAIN, PhasePlan, largest_fitting
+from vramkit.core.planner.recorder import (
+    ACTIVATIONS,
+    GRADIENTS,
+    INPUTS,
+    OPTIMIZER_STATE,
+    PARAMETERS,
+)
+from vramkit.core.planner.remedies import Change
+from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.units import GIB
+
+PROFILE = HardwareProfile(
+    name="laptop",
+    accelerator="gpu",
+    precision="bf16-mixed",
+    memory_gib=16.0,
+    compute_capability="8.9",
+    bf16=True,
+)
+
+
+@dataclass(frozen=True)
+class LoraSetup(RunSetup):
+    """A setup that can also train adapters only (what the LoRA remedy changes)."""
+
+    lora: bool = False
+
+
+LORA_CHANGE = Change("LoRA r=8", ("model.lora.r=8",), "", {"lora": True}, needs_consent="lora")
+
+
+class FormulaPlanner:
+    """Peaks in GiB from the setup: 4 B/parameter weights and gradients, 8 B AdamW state, 2 B
+    8-bit state, none on the GPU with offload; activations per sample, a tenth with
+    checkpointing; bf16-true halves the model states; LoRA keeps frozen weights only."""
+
+    def __init__(self, parameters_gib: float = 1.0, per_sample_gib: float = 1.0) -> None:
+        self.parameters = parameters_gib
+        self.per_sample = per_sample_gib
+        self.model_cfg = OmegaConf.create(
+            {"optimizer": {"_target_": "torch.optim.AdamW"}, "gradient_checkpointing": False}
+        )
+        self.eight_bit_configured = False
+        self.traces = 0
+
+    def measure(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:
+        self.traces += 1
+        scale = 0.5 if setup.precision == "bf16-true" else 1.0
+        weights = 4 * self.parameters * scale
+        trained = 0.0 if getattr(setup, "lora", False) else 1.0
+        gradients = weights * trained
+        state = {CONFIGURED: 8.0, ADAMW_8BIT: 2.0, ZERO2_OFFLOAD: 0.0}[setup.optimizer]
+        optimizer = state * self.parameters * scale * trained
+        per_sample = self.per_sample * (0.1 if setup.gradient_checkpointing else 1.0)
+        if phase != TRAIN:
+            per_sample = self.per_sample / 4
+        allocated = {
+            PARAMETERS: weights,
+            GRADIENTS: gradients,
+            OPTIMIZER_STATE: optimizer,
+            ACTIVATIONS: per_sample * batch_size,
+            INPUTS: 0.0,
+        }
+        return PhasePlan(
+            phase=phase,
+            batch_size=batch_size,
+            accumulate_grad_batches=setup.accumulate_grad_batches if phase == TRAIN else 1,
+            allocated={key: int(value * GIB) for key, value in allocated.items()},
+            overhead=0,
+            workspace=0,
+            peak_at="formula",
+        )
+
+    def largest_batch_size(self, phase, setup, budget_bytes, upper):
+        best = largest_fitting(
+            lambda size: self.measure(phase, size, setup).peak, budget_bytes, upper
+        )
+        return best, self.measure(phase, max(best, 1), setup)

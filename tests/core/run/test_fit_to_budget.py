@@ -1,0 +1,192 @@
+"""fit_to_budget: a run over budget is fitted (hw.fit=auto), refused (off) or, on a CPU
+rehearsal, told what its GPU would do; the chosen overrides are what the run then is.
+
+The plan comes from the formula planner of tests/core/planner/test_auto_fit.py (fast and exact);
+the end-to-end tests at the bottom trace the tiny text classifier.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from vramkit.core.hardware.detect import DeviceInfo
+from vramkit.core.planner.errors import DoesNotFitError
+from vramkit.core.planner.plan import TRAIN, VAL
+from vramkit.core.planner.task_plan import MemoryPlan
+from vramkit.core.run import fit_to_budget as fit_module
+from vramkit.core.run.compose import CONF_DIR
+from vramkit.core.run.fit_to_budget import FIT_DECISION, fit_to_budget, write_fit_decision
+from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.train import train
+from vramkit.core.units import GIB
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "planner"))
+from formula_planner import PROFILE, FormulaPlanner, LoraSetup
+
+T4 = DeviceInfo("cuda", "Tesla T4", 14.57, (7, 5), count=1, cpu_count=2)
+TINY_TEXT = (
+    "task=text_classification",
+    "hw.batch_size=4",
+    "hw.val_batch_size=4",
+    "data.max_length=32",
+)
+# Between the tiny classifier's traced training peak at batch 4 on a T4 (669,410,918 B) and at
+# micro-batch 2 with accumulation (667,313,766 B, as validation at 4).
+TINY_BUDGET = 668_000_000
+
+
+def formula_plan(cfg, profile, *, train_batch_size, val_batch_size, with_remedies):
+    """plan_task's stand-in: the formula planner at the requested sizes (1 for a search)."""
+    planner = FormulaPlanner(per_sample_gib=6.0)
+    setup = LoraSetup(precision=profile.precision, device=None)
+    budget = int(profile.budget_gib * GIB)
+    return MemoryPlan(
+        profile=profile,
+        setup=setup,
+        optimizer="AdamW",
+        budget_bytes=budget,
+        train=planner.measure(TRAIN, train_batch_size or 1, setup),
+        val=planner.measure(VAL, val_batch_size or 1, setup),
+        train_searched=train_batch_size is None,
+        val_searched=val_batch_size is None,
+        train_limit=None,
+        val_limit=None,
+        remedies=(),
+        traces=2,
+        seconds=0.0,
+        planner=planner,
+    )
+
+
+@pytest.fixture
+def formula(monkeypatch):
+    monkeypatch.setattr(fit_module, "plan_task", formula_plan)
+
+
+def run_config():
+    return OmegaConf.create(
+        {
+            "hw": {"batch_size": 1},
+            "model": {"gradient_checkpointing": False, "optimizer": {"_target_": "AdamW"}},
+        }
+    )
+
+
+def profile(budget_gib: float, **changes):
+    # PROFILE plans 85% of memory_gib
+    return dataclasses.replace(
+        PROFILE, memory_gib=budget_gib / 0.85, batch_size=1, val_batch_size=1, **changes
+    )
+
+
+def test_a_run_that_fits_is_left_alone(formula):
+    cfg = run_config()
+    outcome = fit_to_budget(cfg, profile(40.0), rehearsal=False, conf_dir=CONF_DIR)
+    assert outcome.decision is None and not outcome.applied and outcome.record() is None
+    assert cfg == run_config()
+
+
+def test_auto_applies_exactly_the_printed_overrides(formula):
+    cfg, lines = run_config(), []
+    outcome = fit_to_budget(
+        cfg, profile(15.0), rehearsal=False, conf_dir=CONF_DIR, echo=lines.append
+    )
+    assert outcome.applied
+    (applies,) = [line for line in lines if "automatic fit (hw.fit=auto) applies: " in line]
+    printed = applies.split("applies: ", 1)[1].split(" (", 1)[0]
+    assert printed.split() == list(outcome.decision.chosen.overrides)
+    assert printed == (
+        "model.gradient_checkpointing=true model.optimizer._target_=bitsandbytes.optim.AdamW8bit"
+    )
+    expected = run_config()
+    expected.model.gradient_checkpointing = True
+    expected.model.optimizer._target_ = "bitsandbytes.optim.AdamW8bit"
+    assert cfg == expected
+    table = next(line for line in lines if "remedies tried from cheapest" in line)
+    assert "<- chosen" in table and "16.600" in table  # checkpointing alone, traced
+    assert outcome.record()["applied"] is True
+
+
+def test_off_refuses_with_the_remedies_listed(formula):
+    cfg = run_config()
+    with pytest.raises(DoesNotFitError) as refused:
+        fit_to_budget(cfg, profile(15.0, fit="off"), rehearsal=False, conf_dir=CONF_DIR)
+    message = str(refused.value)
+    assert "hw.fit=off" in message
+    assert "model.gradient_checkpointing=true" in message
+    assert "fits  bf16-true: 14.00 / 9.50  hw.precision=bf16-true" in message
+    assert cfg == run_config()
+
+
+def test_a_cpu_rehearsal_says_what_the_gpu_run_would_apply_and_changes_nothing(formula):
+    cfg, lines = run_config(), []
+    outcome = fit_to_budget(
+        cfg, profile(15.0), rehearsal=True, conf_dir=CONF_DIR, echo=lines.append
+    )
+    assert not outcome.applied and outcome.record()["applied"] is False
+    assert cfg == run_config()
+    would = next(line for line in lines if "the run would apply:" in line)
+    assert "model.gradient_checkpointing=true" in would and "rehearsal runs without it" in would
+
+    lines.clear()
+    fit_to_budget(
+        cfg, profile(15.0, fit="off"), rehearsal=True, conf_dir=CONF_DIR, echo=lines.append
+    )
+    assert any("would be refused (hw.fit=off)" in line for line in lines)
+
+
+def test_nothing_that_fits_is_a_refusal_naming_the_closest(formula):
+    with pytest.raises(DoesNotFitError, match="no combination of remedies"):
+        fit_to_budget(run_config(), profile(2.0), rehearsal=False, conf_dir=CONF_DIR)
+
+
+def test_the_decision_is_written_as_json(formula, tmp_path):
+    outcome = fit_to_budget(run_config(), profile(15.0), rehearsal=False, conf_dir=CONF_DIR)
+    path = write_fit_decision(tmp_path, outcome.record())
+    data = json.loads(path.read_text())
+    assert path.name == FIT_DECISION
+    assert data["chosen"] == "gradient checkpointing + 8-bit AdamW"
+    assert data["overrides"] == list(outcome.decision.chosen.overrides)
+    assert data["requested"]["train"]["peak_gib"] > data["budget_gib"]
+    assert all("train" in c and "val" in c for c in data["candidates"])
+
+
+@pytest.mark.slow
+def test_the_fitted_run_is_the_run_with_the_printed_overrides(compose_config, caplog):
+    """Traces the tiny classifier: auto fit on a T4 with a tiny budget, then the same command
+    with the printed overrides appended; both settle to the same config."""
+    caplog.set_level(logging.INFO, logger="vramkit")
+    memory = f"hw.memory_gib={TINY_BUDGET / GIB / 0.85}"
+    fitted = compose_config("+hw=t4", *TINY_TEXT, memory)
+    records: list[dict] = []
+    resolve_hardware(fitted, conf_dir=CONF_DIR, device=T4, fit_records=records)
+    (record,) = records
+    assert record["applied"] and record["chosen"] == "micro-batch 2 × accumulate 2"
+    printed = caplog.text.split("applies: ", 1)[1].split(" (", 1)[0].split()
+    assert printed == record["overrides"] == ["hw.batch_size=2", "hw.accumulate_grad_batches=2"]
+
+    typed = compose_config("+hw=t4", *TINY_TEXT, memory, *printed)
+    again: list[dict] = []
+    resolve_hardware(typed, conf_dir=CONF_DIR, device=T4, fit_records=again)
+    assert again == []  # it fits as typed
+    assert OmegaConf.to_container(fitted, resolve=True) == OmegaConf.to_container(
+        typed, resolve=True
+    )
+
+
+@pytest.mark.slow
+def test_a_rehearsed_run_writes_what_its_gpu_would_do(compose_config, formula):
+    cfg = compose_config("+hw=t4", "hw.strict=false", *TINY_TEXT, "train=false")
+    train(cfg)
+    data = json.loads((Path(cfg.paths.output_dir) / FIT_DECISION).read_text())
+    assert data["applied"] is False and data["profile"] == "t4"
+    assert data["chosen"] == "gradient checkpointing + 8-bit AdamW"
+    assert cfg.model.gradient_checkpointing is False  # the CPU rehearsal runs as requested
+    assert cfg.hw.batch_size == 4
