@@ -8,6 +8,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 HAS_NVIDIA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TORCH_SPEC ?= $(if $(HAS_NVIDIA),torch>=2.3,torch==2.13.0)
+# bitsandbytes (8-bit AdamW, QLoRA) ships wheels for Linux (CUDA and CPU backends); elsewhere
+# `pip install 'vramkit[bnb]'` by hand where your platform has a wheel.
+EXTRAS ?= dev,nlp,tensorboard,mlflow$(if $(filter Linux,$(shell uname -s)),$(comma)bnb)
+comma := ,
 ARGS ?=
 
 .PHONY: install train test test-fast bench lint format clean
@@ -18,7 +22,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[dev,nlp,tensorboard,mlflow]"  # dev brings Polygon3 (extra "official")
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"  # dev brings Polygon3, as the extra "official" does
 	touch $(STAMP)
 
 train: install  ## train the default job on the detected hardware (ARGS="+hw=t4 ..." to pass overrides)

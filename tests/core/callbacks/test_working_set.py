@@ -85,8 +85,13 @@ def _trainer(tmp_path, callbacks: list[L.Callback], **settings: Any) -> L.Traine
 
 @pytest.mark.slow
 def test_every_default_callback_runs_a_module_with_list_batches(compose_config, tmp_path):
-    # a fault and a time limit give the two optional callbacks work too
-    cfg = compose_config("+hw=cpu", "+fault.oom_train_above=4", "optimized_metric=val/loss")
+    # a fault, a time limit and offloading give the optional callbacks work too
+    cfg = compose_config(
+        "+hw=cpu",
+        "+fault.oom_train_above=4",
+        "optimized_metric=val/loss",
+        "callbacks.activation_offload.enabled=true",
+    )
     callbacks = instantiate_group(cfg.callbacks)
     defaults = OmegaConf.load(CONF_DIR / "callbacks" / "default.yaml").defaults
     assert len(callbacks) == len(cfg.callbacks) == len([d for d in defaults if d != "_self_"])

@@ -123,6 +123,13 @@ class StepSemantics:
         """Lightning's `precision.forward_context()` for this run."""
         return self.autocast.region() if self.autocast is not None else contextlib.nullcontext()
 
+    def saved_tensors(self) -> contextlib.AbstractContextManager:
+        """Where a training forward's saved tensors live: on the device, or offloaded to the host
+        as `torch.autograd.graph.save_on_cpu` does (`offloaded_saves`)."""
+        if self.setup.activation_offload:
+            return offloaded_saves()
+        return contextlib.nullcontext()
+
     def inference_fast_paths(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
         """The GPU's inference fast path of `module`'s attention, for a validation step.
 
@@ -132,6 +139,22 @@ class StepSemantics:
             return contextlib.nullcontext()
         autocast = autocast_dtype(self.setup.precision) is not None
         return InferenceFastPaths(module, self.setup.device, autocast=autocast)
+
+
+def offloaded_saves() -> contextlib.AbstractContextManager:
+    """`save_on_cpu` as device memory sees it (torch/autograd/graph.py): packing keeps a host
+    copy, so the device tensor is freed once nothing else holds it (parameters stay); unpacking
+    in backward allocates a device copy that lives while its backward node runs. The host copy
+    is not device memory, so the trace keeps only its shape."""
+
+    def pack(tensor: torch.Tensor) -> tuple:
+        return tensor.size(), tensor.stride(), tensor.dtype, tensor.device
+
+    def unpack(saved: tuple) -> torch.Tensor:
+        size, stride, dtype, device = saved
+        return torch.empty_strided(size, stride, dtype=dtype, device=device)
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
 @contextlib.contextmanager
@@ -409,7 +432,11 @@ def trace_training(
             for step in range(optimizer_steps):
                 for micro in range(micro_batches):
                     index = step * accumulate + micro
-                    with recorder.phase(f"step {step + 1}: forward"), semantics.forward_region():
+                    with (
+                        recorder.phase(f"step {step + 1}: forward"),
+                        semantics.forward_region(),
+                        semantics.saved_tensors(),
+                    ):
                         loss = _loss_of(module.training_step(batch, index), index)
                     recorder.note_forward_end()
                     if micro == 0:

@@ -40,7 +40,7 @@ from vramkit.core.planner.recorder import (
     PARAMETERS,
 )
 from vramkit.core.planner.run_setup import RunSetup
-from vramkit.core.planner.subject import build_module, build_optimizer
+from vramkit.core.planner.subject import build_module, build_optimizer, with_model_overrides
 from vramkit.core.units import GIB
 
 TRAIN = "train"
@@ -140,9 +140,8 @@ class MemoryPlanner:
         key = setup.module_key
         if key not in self._subjects:
             fake_mode = FakeTensorMode()
-            self._subjects[key] = _Subject(
-                fake_mode, build_module(self.model_cfg, setup, fake_mode)
-            )
+            model_cfg = with_model_overrides(self.model_cfg, setup.model_overrides)
+            self._subjects[key] = _Subject(fake_mode, build_module(model_cfg, setup, fake_mode))
         return self._subjects[key]
 
     def measure(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:
@@ -150,9 +149,11 @@ class MemoryPlanner:
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
         if phase == VAL:
-            # Validation runs without grad: checkpointing and accumulation change nothing there,
-            # so remedies that differ only in them share one validation trace.
-            setup = setup.replace(gradient_checkpointing=False, accumulate_grad_batches=1)
+            # Validation runs without grad: checkpointing, accumulation and activation offload
+            # change nothing there, so remedies that differ only in them share one trace.
+            setup = setup.replace(
+                gradient_checkpointing=False, accumulate_grad_batches=1, activation_offload=False
+            )
         key = (phase, batch_size, setup)
         if key not in self._measured:
             self._measured[key] = self._trace(phase, batch_size, setup)

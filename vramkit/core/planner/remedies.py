@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
-from omegaconf import DictConfig
+import yaml
+from omegaconf import DictConfig, OmegaConf
 
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.errors import PlanningError
@@ -93,7 +95,7 @@ def candidate_changes(
             Change(
                 "8-bit AdamW",
                 ("model.optimizer._target_=bitsandbytes.optim.AdamW8bit",),
-                "pip install bitsandbytes",
+                "pip install 'vramkit[bnb]'",
                 {"optimizer": ADAMW_8BIT},
             )
         )
@@ -104,6 +106,18 @@ def candidate_changes(
                 ("hw.precision=bf16-true",),
                 "bf16 weights and optimizer state",
                 {"precision": "bf16-true"},
+            )
+        )
+    changes.extend(lora_changes(model_cfg))
+    root = model_cfg._get_root()
+    offload_key = "callbacks.activation_offload"
+    if not setup.activation_offload and OmegaConf.select(root, offload_key) is not None:
+        changes.append(
+            Change(
+                "CPU activation offload",
+                (f"{offload_key}.enabled=true",),
+                "saved activations in host memory; slower steps",
+                {"activation_offload": True},
             )
         )
     weights = "bf16-true" if profile.bf16 else "16-true"
@@ -125,6 +139,40 @@ def candidate_changes(
             )
         )
     return changes
+
+
+def lora_changes(model_cfg: DictConfig) -> list[Change]:
+    """LoRA and QLoRA for a model whose config has a ``lora`` key left null (the model builds
+    adapters from ``model.lora``), with the settings of ``conf/model/lora/default.yaml``.
+
+    Both change what is trained (adapters and head instead of every weight): they need the
+    user's consent (``needs_consent="lora"``).
+    """
+    if "lora" not in model_cfg or model_cfg.get("lora") is not None:
+        return []
+    conf_dir = OmegaConf.select(model_cfg._get_root(), "paths.conf_dir", default=None)
+    option = Path(conf_dir) / "model" / "lora" / "default.yaml" if conf_dir else None
+    if option is None or not option.is_file():
+        return []
+    defaults = OmegaConf.to_container(OmegaConf.load(option))
+    rank = defaults.get("r")
+    qlora = {**defaults, "quantize": "4bit"}
+    return [
+        Change(
+            f"LoRA r={rank}",
+            ("+model/lora=default",),
+            "trains adapters and the head only",
+            {"model_overrides": (("lora", yaml.safe_dump(defaults)),)},
+            needs_consent="lora",
+        ),
+        Change(
+            f"QLoRA r={rank}, 4-bit base",
+            ("+model/lora=default", "model.lora.quantize=4bit"),
+            "trains adapters and the head only; pip install 'vramkit[bnb]'",
+            {"model_overrides": (("lora", yaml.safe_dump(qlora)),)},
+            needs_consent="lora",
+        ),
+    ]
 
 
 def combined(first: Change, second: Change) -> Change | None:

@@ -25,6 +25,11 @@ class RunSetup:
     gradient_checkpointing: bool = False
     accumulate_grad_batches: int = 1
     devices: int = 1
+    activation_offload: bool = False
+    """Tensors saved for backward go to host memory during forward (`save_on_cpu`)."""
+    model_overrides: tuple[tuple[str, str], ...] = ()
+    """Model config keys replaced before the module is built: (key under `model`, YAML value),
+    e.g. ``(("lora", "{r: 16, ...}"),)`` for a LoRA remedy."""
 
     def __post_init__(self) -> None:
         if self.optimizer not in LAYOUTS:
@@ -57,6 +62,7 @@ class RunSetup:
         return dataclasses.replace(self, **changes)
 
     @property
-    def module_key(self) -> tuple[str, bool]:
-        """What decides how the module itself is built: parameter precision, checkpointing."""
-        return (self.precision, self.gradient_checkpointing)
+    def module_key(self) -> tuple[str, bool, tuple[tuple[str, str], ...]]:
+        """What decides how the module itself is built: parameter precision, checkpointing,
+        model config overrides."""
+        return (self.precision, self.gradient_checkpointing, self.model_overrides)

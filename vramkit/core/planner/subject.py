@@ -9,13 +9,15 @@ every parameter and buffer a fake CPU tensor of the same shape and of the precis
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from typing import Any
 
 import lightning as L
 import torch
+import yaml
 from lightning.pytorch.core.optimizer import _configure_optimizers
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -108,6 +110,18 @@ def materialize_fake(module: nn.Module, dtype: torch.dtype, fake_mode: FakeTenso
             if id(buffer) not in made:
                 made[id(buffer)] = _fake_like(buffer, dtype, fake_mode)
             sub._buffers[name] = made[id(buffer)]
+
+
+def with_model_overrides(model_cfg: DictConfig, overrides: Iterable[tuple[str, str]]) -> DictConfig:
+    """`model_cfg`, or a copy with each ``(key, YAML value)`` of `overrides` set."""
+    overrides = tuple(overrides)
+    if not overrides:
+        return model_cfg
+    changed = copy.deepcopy(model_cfg)  # keeps its parent: interpolations still resolve
+    with open_dict(changed):
+        for key, value in overrides:
+            OmegaConf.update(changed, key, yaml.safe_load(value), merge=False)
+    return changed
 
 
 def build_module(

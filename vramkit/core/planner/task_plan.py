@@ -116,7 +116,9 @@ def plan_task(
     must be given. `setup` defaults to the profile's own; `samples` to the datamodule's.
     """
     started = time.perf_counter()
-    setup = setup or RunSetup.from_profile(profile)
+    if setup is None:
+        offload = OmegaConf.select(cfg, "callbacks.activation_offload.enabled", default=False)
+        setup = RunSetup.from_profile(profile).replace(activation_offload=bool(offload))
     budget = None if profile.budget_gib is None else int(profile.budget_gib * GIB)
     if budget is None and (train_batch_size is None or val_batch_size is None):
         raise ValueError(

@@ -23,6 +23,7 @@ from vramkit.tasks.text_classification.coherence_loss import (
     CoherenceSettings,
 )
 from vramkit.tasks.text_classification.hf_classifier import build_sequence_classifier
+from vramkit.tasks.text_classification.lora_adapters import add_lora, lora_settings
 from vramkit.tasks.text_classification.noisy_forward import NoisyForward
 from vramkit.tasks.text_classification.pooled_features import logits_and_pooled_features
 
@@ -38,7 +39,8 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
     ``train/loss_ce`` and ``train/loss_<term>`` (unweighted) are logged beside it.
 
     The model comes from ``hf_config`` (architecture fields, random weights) or
-    ``pretrained_dir`` (a local ``save_pretrained`` folder); see
+    ``pretrained_dir`` (a local ``save_pretrained`` folder); with ``lora`` (``model.lora``) only
+    LoRA adapters and the head train (`lora_adapters.add_lora`); see
     :func:`~vramkit.tasks.text_classification.hf_classifier.build_sequence_classifier`. Batches are
     the text-classification datamodule's ``input_ids``, ``attention_mask`` and ``labels``.
     """
@@ -63,6 +65,7 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
         pretrained_dir: str | None = None,
         lr_schedule: dict[str, Any] | None = None,
         gradient_checkpointing: bool = False,
+        lora: Mapping[str, Any] | None = None,
         compile: bool = False,
         coherence: Mapping[str, Any] | None = None,
     ) -> None:
@@ -97,6 +100,9 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
             self.model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
+        lora_config = lora_settings(lora)
+        if lora_config is not None:
+            self.model = add_lora(self.model, lora_config)
         self.init_optimization(optimizer, lr_schedule, compile=compile, network="model")
 
     def setup(self, stage: str) -> None:
