@@ -24,7 +24,7 @@ from vramkit.core.planner.auto_fit import (
     missing_packages,
 )
 from vramkit.core.planner.plan import TRAIN
-from vramkit.core.planner.remedies import candidate_changes
+from vramkit.core.planner.remedies import Change, candidate_changes
 from vramkit.core.planner.run_setup import RunSetup
 from vramkit.core.units import GIB
 
@@ -132,6 +132,10 @@ def test_a_remedy_needing_a_missing_package_is_named_not_chosen():
     assert eight_bit and all("after pip install bitsandbytes" in c.verdict() for c in eight_bit)
     assert decision.chosen.name == "bf16-true"
     assert missing_packages(LORA_CHANGE, lambda module: False) == ["pip install peft"]
+    qlora = Change(
+        "QLoRA", ("+model/lora=default", "model.lora.quantize=4bit"), "", {}, needs_consent="lora"
+    )
+    assert missing_packages(qlora, lambda module: module == "peft") == ["pip install bitsandbytes"]
 
 
 def test_nothing_fits_gives_a_refusal_with_the_closest_candidates():

@@ -46,7 +46,12 @@ MAX_COMBINED = 3
 """Most setup changes combined in one candidate (a micro-batch comes on top)."""
 
 # The module each kind of override needs, and the command that installs it when none is stated.
-_PACKAGES = (("bitsandbytes", "bitsandbytes"), ("deepspeed", "deepspeed"), ("lora", "peft"))
+_PACKAGES = (
+    ("bitsandbytes", "bitsandbytes"),
+    ("lora.quantize=", "bitsandbytes"),  # QLoRA's 4-bit or 8-bit base layers
+    ("deepspeed", "deepspeed"),
+    ("lora", "peft"),
+)
 
 
 def cost_rank(change: Change) -> int:
