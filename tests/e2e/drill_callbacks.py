@@ -24,7 +24,7 @@ class SignalSelf(L.Callback):
 
 class FillDisk(L.Callback):
     """Makes the disk report no free space once training reaches step ``step`` (every
-    ``shutil.disk_usage`` answers 0 free from then on, until the run's teardown), as when
+    ``shutil.disk_usage`` answers 0 free from then on, until the run ends), as when
     another process fills the disk during a run."""
 
     def __init__(self, step: int) -> None:
@@ -42,4 +42,8 @@ class FillDisk(L.Callback):
             shutil.disk_usage = full
 
     def teardown(self, trainer: L.Trainer, *args: object) -> None:
+        shutil.disk_usage = self._real_disk_usage
+
+    def on_exception(self, trainer: L.Trainer, *args: object) -> None:
+        # A run ended by an exception gets no teardown hook; the disk must not stay "full".
         shutil.disk_usage = self._real_disk_usage

@@ -3,6 +3,7 @@ the needed bytes, as its last line, and the previous checkpoint intact and resum
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,9 @@ TINY = ("+hw=cpu", "debug=smoke", "logger=csv", "callbacks.progress_bar.refresh_
 
 @pytest.mark.slow
 def test_a_full_disk_ends_the_run_with_its_message_and_keeps_the_last_checkpoint(
-    compose_config, capsys
+    compose_config, capsys, monkeypatch
 ):
+    monkeypatch.setattr(shutil, "disk_usage", shutil.disk_usage)  # restored whatever happens
     cfg = compose_config(
         *TINY,
         "trainer.max_epochs=2",
@@ -36,3 +38,4 @@ def test_a_full_disk_ends_the_run_with_its_message_and_keeps_the_last_checkpoint
     saved = torch.load(checkpoints / "last.ckpt", weights_only=True)
     assert saved["global_step"] == 2
     assert not [p for p in checkpoints.iterdir() if p.name.startswith(".")]
+    assert shutil.disk_usage(checkpoints).free > 0, "the drill ends with the run"
