@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[dev,nlp]"
+	$(PY) -m pip install --quiet -e ".[dev,nlp,onnx]"
 	touch $(STAMP)
 
 train: install  ## train the default job on the detected hardware (ARGS="+hw=t4 ..." to pass overrides)
