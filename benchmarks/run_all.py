@@ -23,6 +23,7 @@ BENCHMARKS = (
     "step_overhead",
     "validation_ratio",
     "planner_field",
+    "inference",
 )
 
 
@@ -76,6 +77,16 @@ def _headline(name: str, results: dict) -> tuple[str, str, bool]:
             f"<= {results['target_median_abs_error_pct']:.0f}% / "
             f"{results['target_worst_abs_error_pct']:.0f}%",
             results["targets_met"],
+        )
+    if name == "inference":
+        text = ", ".join(
+            f"{case} int8 {speeds['onnxruntime_int8_static']}x"
+            for case, speeds in results["speedup_over_pytorch"].items()
+        )
+        return (
+            f"{text} over PyTorch",
+            f">= {results['target_speedup']}x",
+            results["best_speedup"] >= results["target_speedup"],
         )
     return (
         f"{results['val_train_time_ratio']}",

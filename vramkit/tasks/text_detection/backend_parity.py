@@ -45,7 +45,8 @@ def compare_backends(
     """ICDAR 2015 scores of ``reference`` and of each candidate, with their map differences.
 
     ``batches`` are validation batches as the text-detection loader gives them (uint8 images,
-    original polygons and sizes). Returns ``{"torch": {precision, recall, hmean, images},
+    original polygons and sizes). Returns ``{"torch": {precision, recall, hmean, images,
+    matched, gt_care, det_care},
     <candidate>: {..., max_abs_prob_diff, mean_abs_prob_diff}}``; differences are in
     probability units (0..1), over every pixel of every image.
     """
@@ -75,6 +76,9 @@ def compare_backends(
             "recall": float(scores["recall"]),
             "hmean": float(scores["hmean"]),
             "images": len(image_counts),
+            "matched": int(scores["matched"]),
+            "gt_care": int(scores["gt_care"]),
+            "det_care": int(scores["det_care"]),
         }
         if name != REFERENCE:
             entry["max_abs_prob_diff"] = max_diff[name]
