@@ -14,6 +14,7 @@ from vramkit.tasks.text_detection.onnx_export import export_dbnet
 from vramkit.tasks.text_detection.onnx_inference import OnnxDBNet
 from vramkit.tasks.text_detection.onnx_quantize import (
     node_names,
+    nodes_of_modules,
     quantize_dynamic_int8,
     quantize_static_qdq,
 )
@@ -63,6 +64,12 @@ def test_dynamo_export_passes_the_checker_with_symbolic_sizes_and_matches_torch(
     for shape in OTHER_SHAPES:
         assert _max_diff(net, onnx_net, shape) < FP32_TOLERANCE
     assert not net.training  # export leaves the network's mode as it was
+    # Modules are found by the scopes the dynamo exporter records: the head's output layer.
+    (output_layer,) = nodes_of_modules(tmp_path / "dbnet.onnx", ["net.head.prob.6"])
+    assert output_layer in node_names(tmp_path / "dbnet.onnx", ("ConvTranspose",))
+    assert len(nodes_of_modules(tmp_path / "dbnet.onnx", ["net.head.prob"])) > 3
+    with pytest.raises(ValueError, match=r"net\.haed"):
+        nodes_of_modules(tmp_path / "dbnet.onnx", ["net.haed"])
 
 
 def test_torchscript_export_runs_at_other_batches_and_sizes(exported):

@@ -33,7 +33,11 @@ from vramkit.tasks.text_detection.export_settings import ExportRequest, ExportSe
 from vramkit.tasks.text_detection.icdar_folder import TextDetectionDataset, collate_text_detection
 from vramkit.tasks.text_detection.onnx_export import export_dbnet
 from vramkit.tasks.text_detection.onnx_inference import OnnxDBNet
-from vramkit.tasks.text_detection.onnx_quantize import quantize_dynamic_int8, quantize_static_qdq
+from vramkit.tasks.text_detection.onnx_quantize import (
+    nodes_of_modules,
+    quantize_dynamic_int8,
+    quantize_static_qdq,
+)
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +146,10 @@ def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
             calibration_batches(datamodule, settings.calibration_images, datamodule.val_batch_size),
             method=settings.calibration_method,
             per_channel=settings.per_channel,
-            fp32_nodes=settings.fp32_nodes,
+            fp32_nodes=nodes_of_modules(fp32_path, settings.fp32_modules),
         )
         models["int8_static"]["calibration_images"] = settings.calibration_images
+        models["int8_static"]["fp32_modules"] = list(settings.fp32_modules)
     if "dynamic" in settings.quantize:
         models["int8_dynamic"] = quantize_dynamic_int8(
             fp32_path, output_dir / "dbnet.int8_dynamic.onnx"

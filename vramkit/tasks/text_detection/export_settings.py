@@ -41,7 +41,7 @@ class ExportSettings:
     """How activation ranges are taken from the calibration images."""
     per_channel: bool = True
     """int8 weights with one scale per output channel (false: one per tensor)."""
-    fp32_nodes: tuple[str, ...] = ()
-    """Node names (of the BatchNorm-folded graph) static quantisation leaves in float."""
+    fp32_modules: tuple[str, ...] = ()
+    """PyTorch module paths (``net.head.prob.6``) whose nodes static int8 leaves in float."""
     max_hmean_drop: float = field(default=0.01, metadata={"ge": 0})
     """Largest validation hmean loss of the static int8 model that passes."""

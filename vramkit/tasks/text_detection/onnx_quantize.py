@@ -139,3 +139,32 @@ def node_names(path: str | Path, op_types: Sequence[str] = ()) -> list[str]:
 
     graph = onnx.load(str(path)).graph
     return [node.name for node in graph.node if not op_types or node.op_type in op_types]
+
+
+def nodes_of_modules(path: str | Path, modules: Sequence[str]) -> list[str]:
+    """Names of the nodes of ``path`` that PyTorch modules ``modules`` (``net.head.prob.6``, or
+    a parent such as ``net.head``) exported, read from the scopes the dynamo exporter records
+    in each node's metadata (``pkg.torch.onnx.name_scopes``).
+
+    Raises ValueError naming a module that matches no node (a typo, or a TorchScript export,
+    which records no scopes).
+    """
+    import ast
+
+    import onnx
+
+    scopes = {}
+    for node in onnx.load(str(path)).graph.node:
+        for prop in node.metadata_props:
+            if prop.key == "pkg.torch.onnx.name_scopes":
+                scopes[node.name] = set(ast.literal_eval(prop.value))
+    names = []
+    for module in modules:
+        matched = [name for name, scope in scopes.items() if module in scope]
+        if not matched:
+            raise ValueError(
+                f"no node of {path} comes from module {module!r} (module paths as in "
+                "net.named_modules(), e.g. net.head.prob.6; needs a dynamo export)"
+            )
+        names += [name for name in matched if name not in names]
+    return names
