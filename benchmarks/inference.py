@@ -8,7 +8,10 @@ does not depend on the weights' values, so fresh weights are timed; ``export.jso
 export records the accuracy side.
 
 Batch 1 at 640x640 and at the ICDAR 2015 size 1280x736 (height x width 736x1280). PyTorch and
-onnxruntime get the same number of intra-op threads (``--threads``, default: the usable cores).
+onnxruntime get the same number of intra-op threads; each count of ``--threads`` (default 1 and
+the usable cores) is timed. On a loaded machine, read the 1-thread numbers: PyTorch's OpenMP
+threads spin at their barriers, and with more runnable threads than cores it slowed 5x at 2
+threads (1.5 s vs 8.2 s for dbnet_tiny at 640x640, load 14 on 2 cores), which flatters any rival.
 The backends take turns, one inference each per round, in an order that rotates every round, so
 load that drifts on a shared machine hits all alike; latency median and p90 over the rounds,
 images/s = 1 / median, and the headline: each backend's speedup over PyTorch (median / median).
@@ -110,40 +113,51 @@ def _summary(seconds: list[float]) -> dict[str, float]:
     }
 
 
-def benchmark_model(model: str, threads: int, rounds: int, warmup: int) -> dict[str, Any]:
-    """Timings of every backend of ``model`` at every size, with speedups over PyTorch."""
-    torch.set_num_threads(threads)
+def benchmark_model(
+    model: str, thread_counts: Sequence[int], rounds: int, warmup: int
+) -> dict[str, Any]:
+    """Timings of every backend of ``model`` at every size and thread count, with speedups."""
     net = _network(model)
     parameters = sum(p.numel() for p in net.parameters())
+    by_threads: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
         models = _onnx_models(net, Path(folder))
-        runners = _runners(net, models, threads)
-        sizes = {}
-        for size_name, (height, width) in SIZES.items():
-            images = np.random.default_rng(1).standard_normal(
-                (1, 3, height, width), dtype=np.float32
-            )
-            latencies = _time_backends(runners, images, rounds, warmup)
-            results = {name: _summary(values) for name, values in latencies.items()}
-            reference = results["pytorch_eager_fp32"]["latency_ms_median"]
-            for entry in results.values():
-                entry["speedup_over_pytorch"] = round(reference / entry["latency_ms_median"], 2)
-            sizes[size_name] = results
-            print(
-                f"{model} {size_name}: "
-                + ", ".join(
-                    f"{name} {entry['latency_ms_median']} ms ({entry['speedup_over_pytorch']}x)"
-                    for name, entry in results.items()
-                ),
-                flush=True,
-            )
-    return {"parameters": parameters, "sizes": sizes}
+        for threads in thread_counts:
+            torch.set_num_threads(threads)
+            runners = _runners(net, models, threads)
+            sizes = {}
+            for size_name, (height, width) in SIZES.items():
+                images = np.random.default_rng(1).standard_normal(
+                    (1, 3, height, width), dtype=np.float32
+                )
+                latencies = _time_backends(runners, images, rounds, warmup)
+                results = {name: _summary(values) for name, values in latencies.items()}
+                reference = results["pytorch_eager_fp32"]["latency_ms_median"]
+                for entry in results.values():
+                    entry["speedup_over_pytorch"] = round(reference / entry["latency_ms_median"], 2)
+                sizes[size_name] = results
+                print(
+                    f"{model} {size_name} {threads} thread(s): "
+                    + ", ".join(
+                        f"{name} {entry['latency_ms_median']} ms ({entry['speedup_over_pytorch']}x)"
+                        for name, entry in results.items()
+                    ),
+                    flush=True,
+                )
+            by_threads[str(threads)] = sizes
+    return {"parameters": parameters, "threads": by_threads}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.inference", description=__doc__)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    parser.add_argument("--threads", type=int, default=usable_cores())
+    parser.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=sorted({1, usable_cores()}),
+        help="intra-op thread counts, each timed (default: 1 and the usable cores)",
+    )
     parser.add_argument("--rounds", type=int, default=15, help="timed inferences per backend")
     parser.add_argument("--warmup", type=int, default=2, help="untimed inferences per backend")
     args = parser.parse_args(argv)
@@ -155,19 +169,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         for model in args.models
     }
     headline = {
-        f"{model} {size}": {
+        f"{model} {size} {threads}t": {
             name: entry["speedup_over_pytorch"]
-            for name, entry in results["sizes"][size].items()
+            for name, entry in results["threads"][threads][size].items()
             if name != "pytorch_eager_fp32"
         }
         for model, results in models.items()
+        for threads in results["threads"]
         for size in SIZES
     }
     best = max(speed for entry in headline.values() for speed in entry.values())
     write_result(
         "inference",
         {
-            "threads": args.threads,
+            "thread_counts": args.threads,
             "batch": 1,
             "exporter": "torch.onnx.export(dynamo=True), opset 18",
             "onnxruntime": __import__("onnxruntime").__version__,
