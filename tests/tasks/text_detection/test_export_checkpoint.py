@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from vramkit.core.config.instantiate import instantiate
+from vramkit.core.config.schema import ConfigError
 from vramkit.core.run.evaluate import evaluate
 from vramkit.tasks.text_detection.export_checkpoint import RECORD_NAME, export_checkpoint
 
@@ -85,3 +86,18 @@ def _rows(text: str) -> list[tuple[str, float]]:
         box, _, score = line.rpartition(",")
         rows.append((box, float(score)))
     return rows
+
+
+def test_an_unknown_format_or_export_key_is_refused_before_any_work(compose_config, tmp_path):
+    ckpt = tmp_path / "model.ckpt"
+    ckpt.write_bytes(b"")
+    cfg = compose_config(*TINY, f"ckpt_path={ckpt}", "format=tflite", config_name="export")
+    with pytest.raises(ConfigError, match="format") as error:
+        export_checkpoint(cfg)
+    assert "onnx" in str(error.value) and "conf/export.yaml" in str(error.value)
+    cfg = compose_config(
+        *TINY, f"ckpt_path={ckpt}", "+export.calibraton_images=8", config_name="export"
+    )
+    with pytest.raises(ConfigError, match=r"export\.calibration_images"):
+        export_checkpoint(cfg)
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
