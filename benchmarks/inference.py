@@ -178,7 +178,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         for threads in results["threads"]
         for size in SIZES
     }
-    best = max(speed for entry in headline.values() for speed in entry.values())
+    # The headline is single-threaded where it was measured (see the module docstring).
+    fair = {case: speeds for case, speeds in headline.items() if case.endswith(" 1t")} or headline
+    best = max(speed for entry in fair.values() for speed in entry.values())
     write_result(
         "inference",
         {
