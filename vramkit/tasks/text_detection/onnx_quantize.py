@@ -144,7 +144,9 @@ def node_names(path: str | Path, op_types: Sequence[str] = ()) -> list[str]:
 def nodes_of_modules(path: str | Path, modules: Sequence[str]) -> list[str]:
     """Names of the nodes of ``path`` that PyTorch modules ``modules`` (``net.head.prob.6``, or
     a parent such as ``net.head``) exported, read from the scopes the dynamo exporter records
-    in each node's metadata (``pkg.torch.onnx.name_scopes``).
+    in each node's metadata (``pkg.torch.onnx.name_scopes``). A convolution followed by a
+    BatchNorm is exported folded into one Conv under the BatchNorm's scope
+    (``net.backbone.bn1`` for the stem), so name the BatchNorm, or a parent module.
 
     Raises ValueError naming a module that matches no node (a typo, or a TorchScript export,
     which records no scopes).
