@@ -10,7 +10,7 @@ HAS_NVIDIA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TORCH_SPEC ?= $(if $(HAS_NVIDIA),torch>=2.3,torch==2.13.0)
 # bitsandbytes (8-bit AdamW, QLoRA) ships wheels for Linux (CUDA and CPU backends); elsewhere
 # `pip install 'vramkit[bnb]'` by hand where your platform has a wheel.
-EXTRAS ?= dev,nlp,tensorboard,mlflow$(if $(filter Linux,$(shell uname -s)),$(comma)bnb)
+EXTRAS ?= dev,nlp,tensorboard,mlflow,onnx$(if $(filter Linux,$(shell uname -s)),$(comma)bnb)
 comma := ,
 ARGS ?=
 

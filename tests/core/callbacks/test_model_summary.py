@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from vramkit.core.callbacks import model_summary
 from vramkit.core.callbacks.model_summary import RunModelSummary
 
 BATCH, WIDTH = 4, 16
@@ -44,7 +45,8 @@ def _fit(summary: RunModelSummary) -> None:
 
 def test_flops_of_the_first_step_are_counted_per_layer(caplog):
     summary = RunModelSummary(max_depth=1)
-    with caplog.at_level(logging.INFO):
+    # at the module's own logger: a Hydra run earlier in this worker stops propagation to root
+    with caplog.at_level(logging.INFO, logger=model_summary.__name__):
         _fit(summary)
     # forward 2*B*in*out per Linear; backward twice that (input and weight gradients), except
     # the first layer's input gradient, which nothing needs

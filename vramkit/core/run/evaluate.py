@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.core.hardware.profile import describe_profile
+from vramkit.core.run.eval_backend import backend_settings, prepare_model
 from vramkit.core.run.loggers import finish_wandb
 from vramkit.core.run.resolve_hardware import resolve_hardware
 
@@ -18,15 +19,14 @@ log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
-    """Validate ``cfg.ckpt_path`` and return its metrics.
+    """Validate ``cfg.ckpt_path`` (or, with ``backend=onnxruntime``, ``cfg.onnx_path``) and
+    return its metrics.
 
     A task whose config has a ``prediction_writer`` node (text detection: ICDAR 2015
     ``res_<name>.txt`` files) also predicts, and the writer saves the predictions into
     ``cfg.predictions_dir``.
     """
-    checkpoint = Path(cfg.ckpt_path)
-    if not checkpoint.is_file():
-        raise FileNotFoundError(f"ckpt_path: no checkpoint file at {checkpoint}")
+    backend = backend_settings(cfg)
     # Evaluation never trains: a planner's training-phase search would only cost time.
     profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), plan_batches=False)
     log.info("Hardware profile\n%s", describe_profile(profile))
@@ -34,7 +34,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         L.seed_everything(cfg.seed, workers=True)
 
     datamodule = instantiate(cfg.data)
-    model = instantiate(cfg.model)
+    model, checkpoint = prepare_model(cfg, instantiate(cfg.model), backend)
     loggers = instantiate_group(cfg.get("logger"))
     writer_node = cfg.get("prediction_writer")
     callbacks = (
@@ -42,13 +42,14 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     )
     trainer: L.Trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=callbacks)
     try:
-        (metrics,) = trainer.validate(model, datamodule=datamodule, ckpt_path=str(checkpoint))
+        (metrics,) = trainer.validate(model, datamodule=datamodule, ckpt_path=checkpoint)
         if callbacks:
             trainer.predict(
-                model, datamodule=datamodule, ckpt_path=str(checkpoint), return_predictions=False
+                model, datamodule=datamodule, ckpt_path=checkpoint, return_predictions=False
             )
     finally:
         finish_wandb()
     result = {name: float(value) for name, value in metrics.items()}
+    log.info("evaluated with backend=%s", backend.backend)
     print(json.dumps(result))
     return result

@@ -45,6 +45,7 @@ _NEUTRAL_PREFIXES = (
     "monitor_mode",
     "batch_size_defaults",
     "prediction_writer",
+    "onnx_backend",
     "ckpt_path",
     "callbacks.progress_bar",
     "callbacks.model_checkpoint",

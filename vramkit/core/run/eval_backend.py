@@ -1,0 +1,81 @@
+"""Which engine runs the network in ``python eval.py``: PyTorch, or onnxruntime on an export.
+
+``backend=torch`` loads ``ckpt_path`` into the configured model. ``backend=onnxruntime`` runs the
+exported ``onnx_path`` inside the same LightningModule: the task names, in its config's
+``onnx_backend`` node, a function ``(module, onnx_path=...) -> module`` that swaps its network
+for an onnxruntime session, so validation, post-processing and the prediction writer are the
+same code for both backends and their metrics compare directly. Core stays workload-neutral: it
+only instantiates that node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from omegaconf import DictConfig
+
+from vramkit.core.config.instantiate import instantiate
+from vramkit.core.config.schema import ConfigError, check_settings
+from vramkit.core.config.source import ConfigSource, command_line_overrides
+
+BACKEND_KEYS = ("backend", "ckpt_path", "onnx_path", "onnx_threads")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalBackendSettings:
+    """The keys of conf/eval.yaml that choose what is evaluated."""
+
+    backend: Literal["torch", "onnxruntime"] = "torch"
+    """torch: the checkpoint in PyTorch; onnxruntime: the exported model."""
+    ckpt_path: Path | None = None
+    """The checkpoint (required with backend=torch)."""
+    onnx_path: Path | None = None
+    """The exported model (required with backend=onnxruntime)."""
+    onnx_threads: int | None = None
+    """onnxruntime intra-op threads; null: one per core."""
+
+    def cross_field_problems(self) -> list[tuple[str, str]]:
+        """The file the chosen backend reads must be given and exist."""
+        key, path = (
+            ("ckpt_path", self.ckpt_path)
+            if self.backend == "torch"
+            else ("onnx_path", self.onnx_path)
+        )
+        if path is None:
+            return [(key, f"required with backend={self.backend}")]
+        if not path.is_file():
+            return [(key, f"no file at {path}")]
+        return []
+
+
+def backend_settings(cfg: DictConfig) -> EvalBackendSettings:
+    """The backend keys of ``cfg``, checked (a `ConfigError` names the key and conf/eval.yaml)."""
+    return check_settings(
+        {key: cfg.get(key) for key in BACKEND_KEYS if cfg.get(key) is not None},
+        EvalBackendSettings,
+        key_prefix="",
+        source=ConfigSource("conf/eval.yaml", command_line_overrides()),
+        title="invalid evaluation settings",
+    )
+
+
+def prepare_model(
+    cfg: DictConfig, model: Any, settings: EvalBackendSettings
+) -> tuple[Any, str | None]:
+    """``model`` ready for the backend, and the checkpoint Lightning should load into it.
+
+    With onnxruntime no checkpoint is loaded: the weights are those of the export.
+    """
+    if settings.backend == "torch":
+        return model, str(settings.ckpt_path)
+    node = cfg.get("onnx_backend")
+    if node is None:
+        raise ConfigError(
+            "invalid evaluation settings (conf/eval.yaml):\n  backend: onnxruntime is not "
+            f"available for task {cfg.get('task_name')!r} (its config has no onnx_backend node); "
+            "use backend=torch"
+        )
+    swap = instantiate(node, _partial_=True)
+    return swap(model, onnx_path=settings.onnx_path, threads=settings.onnx_threads), None
