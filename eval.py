@@ -4,6 +4,7 @@ import hydra
 from omegaconf import DictConfig
 
 from vramkit.core.run.evaluate import evaluate
+from vramkit.core.run.override_typos import did_you_mean_on_refusal
 from vramkit.core.run.refusals import refusals_as_messages
 from vramkit.core.run.resolvers import register_resolvers
 
@@ -17,4 +18,5 @@ def main(cfg: DictConfig) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    with did_you_mean_on_refusal("eval"):  # a misspelt key: the key it resembles
+        main()

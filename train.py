@@ -3,6 +3,7 @@
 import hydra
 from omegaconf import DictConfig
 
+from vramkit.core.run.override_typos import did_you_mean_on_refusal
 from vramkit.core.run.refusals import refusals_as_messages
 from vramkit.core.run.resolvers import register_resolvers
 from vramkit.core.run.train import train
@@ -17,4 +18,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    main()
+    with did_you_mean_on_refusal("train"):  # a misspelt key: the key it resembles
+        main()
