@@ -86,10 +86,10 @@ class MaxTimeAnnealing(L.Callback):
         self, trainer: L.Trainer, datamodule: L.LightningDataModule | None
     ) -> str | None:
         """Without ``max_time`` no run is cut short (see ``working_set.py``)."""
-        return None if _max_time_timer(trainer) is not None else "trainer.max_time is not set"
+        return None if max_time_timer(trainer) is not None else "trainer.max_time is not set"
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._timer = _max_time_timer(trainer)
+        self._timer = max_time_timer(trainer)
         self._schedulers = [
             config.scheduler
             for config in trainer.lr_scheduler_configs
@@ -179,7 +179,7 @@ class MaxTimeAnnealing(L.Callback):
                 )
 
 
-def _max_time_timer(trainer: L.Trainer) -> Timer | None:
+def max_time_timer(trainer: L.Trainer) -> Timer | None:
     """The Timer that ``trainer.max_time`` added, or None when there is no time limit."""
     timers = [callback for callback in trainer.callbacks if isinstance(callback, Timer)]
     return timers[0] if timers and timers[0].time_remaining() is not None else None

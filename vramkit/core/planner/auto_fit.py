@@ -24,7 +24,12 @@ from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.optimizer_layouts import ADAMW_8BIT
 from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan
-from vramkit.core.planner.remedies import Change, candidate_changes, combined, split_batch
+from vramkit.core.planner.remedies import (
+    Change,
+    candidate_changes,
+    combined,
+    micro_batch_plan,
+)
 from vramkit.core.planner.run_setup import RunSetup
 from vramkit.core.tables import render_table
 from vramkit.core.units import GIB
@@ -368,7 +373,7 @@ def _evaluate(
     try:
         if option.micro_batch:
             assert train_batch_size is not None
-            found = _micro_batch(planner, changed, train_batch_size, budget)
+            found = micro_batch_plan(planner, changed, train_batch_size, budget)
             if found is None:
                 return None
             train, micro_overrides = found
@@ -385,21 +390,6 @@ def _evaluate(
     return FitCandidate(
         name, tuple(typed(o) for o in overrides), option.cost, train, val, fits, blocked
     )
-
-
-def _micro_batch(
-    planner: MemoryPlanner, setup: RunSetup, train_batch_size: int, budget: int
-) -> tuple[PhasePlan, list[str]] | None:
-    """The training plan with the largest micro-batch that keeps the effective batch, and its
-    overrides; None when not even one sample fits."""
-    accumulating = setup.replace(accumulate_grad_batches=max(2, setup.accumulate_grad_batches))
-    largest, _ = planner.largest_batch_size(TRAIN, accumulating, budget, train_batch_size - 1)
-    if largest == 0:
-        return None
-    effective = train_batch_size * setup.accumulate_grad_batches
-    micro, accumulate = split_batch(effective, largest)
-    train = planner.measure(TRAIN, micro, setup.replace(accumulate_grad_batches=accumulate))
-    return train, [f"hw.batch_size={micro}", f"hw.accumulate_grad_batches={accumulate}"]
 
 
 def _validation(

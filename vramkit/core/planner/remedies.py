@@ -243,6 +243,22 @@ def _plan_change(
     )
 
 
+def micro_batch_plan(
+    planner: MemoryPlanner, setup: RunSetup, train_batch_size: int, budget_bytes: int
+) -> tuple[PhasePlan, tuple[str, ...]] | None:
+    """The training plan with the largest micro-batch under ``budget_bytes`` that keeps the
+    effective batch (micro-batch × accumulation), and the overrides that ask for it; None when
+    not even one sample fits."""
+    accumulating = setup.replace(accumulate_grad_batches=max(2, setup.accumulate_grad_batches))
+    largest, _ = planner.largest_batch_size(TRAIN, accumulating, budget_bytes, train_batch_size - 1)
+    if largest == 0:
+        return None
+    effective = train_batch_size * setup.accumulate_grad_batches
+    micro, accumulate = split_batch(effective, largest)
+    train = planner.measure(TRAIN, micro, setup.replace(accumulate_grad_batches=accumulate))
+    return train, (f"hw.batch_size={micro}", f"hw.accumulate_grad_batches={accumulate}")
+
+
 def _micro_batch_remedy(
     planner: MemoryPlanner,
     setup: RunSetup,
@@ -252,17 +268,15 @@ def _micro_batch_remedy(
 ) -> Remedy | None:
     if train_batch_size < 2:
         return None
-    accumulating = setup.replace(accumulate_grad_batches=max(2, setup.accumulate_grad_batches))
-    largest, _ = planner.largest_batch_size(TRAIN, accumulating, budget_bytes, train_batch_size - 1)
-    if largest == 0:
+    found = micro_batch_plan(planner, setup, train_batch_size, budget_bytes)
+    if found is None:
         return None
-    effective = train_batch_size * setup.accumulate_grad_batches
-    micro, accumulate = split_batch(effective, largest)
-    train = planner.measure(TRAIN, micro, setup.replace(accumulate_grad_batches=accumulate))
+    train, overrides = found
+    micro, accumulate = train.batch_size, train.accumulate_grad_batches
     val, val_override = _validation_under(planner, setup, val_batch_size, budget_bytes)
     return Remedy(
         f"micro-batch {micro} × accumulate {accumulate}",
-        (f"hw.batch_size={micro}", f"hw.accumulate_grad_batches={accumulate}", *val_override),
+        (*overrides, *val_override),
         f"effective batch {micro * accumulate}",
         train,
         val,

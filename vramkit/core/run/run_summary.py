@@ -13,7 +13,8 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Timer
+
+from vramkit.core.callbacks.max_time_annealing import max_time_timer
 
 
 def summary_lines(trainer: L.Trainer) -> list[str]:
@@ -52,8 +53,8 @@ def _saved_epoch(path: Path) -> int | None:
 
 
 def _cut_short_line(trainer: L.Trainer) -> str | None:
-    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
-    if timer is None or timer.time_remaining() is None or timer.time_remaining() > 0:
+    timer = max_time_timer(trainer)
+    if timer is None or timer.time_remaining() > 0:
         return None
     planned = trainer.estimated_stepping_batches
     done = trainer.global_step

@@ -55,6 +55,7 @@ from vramkit.tasks.text_detection.polygon_geometry import (
     convex_intersection_areas,
     padded_vertices,
 )
+from vramkit.tasks.text_detection.rrc_protocol import method_scores
 
 IOU_THRESHOLD = 0.5
 AREA_PRECISION_THRESHOLD = 0.5
@@ -283,19 +284,8 @@ def summarize(counts: Iterable[ImageCounts]) -> dict[str, float | int]:
         det_care += image.det_care
         invalid_gt += image.invalid_gt
         invalid_det += image.invalid_det
-    recall = matched / gt_care if gt_care else 0.0
-    precision = matched / det_care if det_care else 0.0
-    hmean = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {
-        "precision": precision,
-        "recall": recall,
-        "hmean": hmean,
-        "matched": matched,
-        "gt_care": gt_care,
-        "det_care": det_care,
-        "invalid_gt": invalid_gt,
-        "invalid_det": invalid_det,
-    }
+    scores = method_scores(matched, gt_care, det_care)
+    return {**scores, "invalid_gt": invalid_gt, "invalid_det": invalid_det}
 
 
 def evaluate_folders(

@@ -171,17 +171,7 @@ def _comma_separated_integers(joined: str) -> np.ndarray | None:
     separators = np.flatnonzero(data == ord(","))
     starts = np.concatenate(([0], separators + 1))
     ends = np.concatenate((separators, [data.size]))
-    first_digit = starts + (data[np.minimum(starts, data.size - 1)] == ord("-"))
-    longest = int((ends - first_digit).max())
-    if longest > _LONGEST_INTEGER:
-        return None
-    values = np.zeros(starts.size)
-    for column in range(longest):
-        position = ends - longest + column
-        present = position >= first_digit
-        digit = data[np.maximum(position, 0)] - ord("0")
-        values = np.where(present, values * 10.0 + digit, values)
-    return np.where(first_digit > starts, -values, values)
+    return _integers_between(data, starts, ends)
 
 
 def _numbers(joined: str) -> np.ndarray:
@@ -304,7 +294,8 @@ def _all_lines_at_once(
 
 def _integers_between(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
     """Values of the ``-?[0-9]+`` fields ``data[starts[i]:ends[i]]`` (digit columns, Horner)."""
-    first_digit = starts + (data[starts] == ord("-"))
+    # a trailing empty field starts at len(data): read its (absent) sign from the last byte
+    first_digit = starts + (data[np.minimum(starts, data.size - 1)] == ord("-"))
     longest = int((ends - first_digit).max(initial=0))
     if longest > _LONGEST_INTEGER:
         return None

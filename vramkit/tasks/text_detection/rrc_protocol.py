@@ -372,9 +372,14 @@ def average_precision(confidences: np.ndarray, matches: np.ndarray, gt_care: int
 
 def summarize_official(counts: OfficialCounts) -> dict[str, float | int]:
     """The script's method metrics from summed counts (micro average)."""
-    matched = int(counts.matched.sum())
-    gt_care = int(counts.gt_care.sum())
-    det_care = int(counts.det_care.sum())
+    return method_scores(
+        int(counts.matched.sum()), int(counts.gt_care.sum()), int(counts.det_care.sum())
+    )
+
+
+def method_scores(matched: int, gt_care: int, det_care: int) -> dict[str, float | int]:
+    """Precision, recall and hmean of summed counts, in the script's own expressions (their
+    order of operations, so the floats are the script's), with the counts."""
     recall = 0.0 if gt_care == 0 else float(matched) / gt_care
     precision = 0.0 if det_care == 0 else float(matched) / det_care
     hmean = 0.0 if recall + precision == 0 else 2 * recall * precision / (recall + precision)
