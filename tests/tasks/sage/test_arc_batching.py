@@ -6,7 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import Dataset
+from lightning.fabric.utilities.data import _replace_dunder_methods
+from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities.data import _update_dataloader
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler
 
 from vramkit.core.data.resumable_loader import ResumableDataLoader
 from vramkit.core.data.sample_seeds import SampleKey
@@ -47,7 +50,9 @@ def _epoch(loader: ResumableDataLoader, epoch: int) -> list[list[int]]:
 
 
 def test_batches_hold_every_index_once_in_length_buckets():
-    sampler = LengthBucketBatchSampler(LENGTHS, 3, shuffle=True, seed=1, pool_batches=2)
+    sampler = LengthBucketBatchSampler(
+        range(len(LENGTHS)), 3, lengths=LENGTHS, shuffle=True, seed=1, pool_batches=2
+    )
     batches = list(sampler)
     assert all(isinstance(key, SampleKey) for batch in batches for key in batch)
     indices = [key.index for batch in batches for key in batch]
@@ -57,7 +62,9 @@ def test_batches_hold_every_index_once_in_length_buckets():
 
 def test_the_order_depends_on_seed_and_epoch_only():
     def order(seed: int, epoch: int) -> list[list[int]]:
-        sampler = LengthBucketBatchSampler(LENGTHS, 3, shuffle=True, seed=seed)
+        sampler = LengthBucketBatchSampler(
+            range(len(LENGTHS)), 3, lengths=LENGTHS, shuffle=True, seed=seed
+        )
         sampler.set_epoch(epoch)
         return [[key.index for key in batch] for batch in sampler]
 
@@ -91,9 +98,34 @@ def test_examples_are_augmented_alike_with_and_without_workers():
 
 
 def test_validation_batches_follow_length_and_draw_nothing():
-    sampler = LengthBucketBatchSampler(LENGTHS, 4, shuffle=False)
+    sampler = LengthBucketBatchSampler(range(len(LENGTHS)), 4, lengths=LENGTHS, shuffle=False)
     batches = list(sampler)
     assert batches[0] == [6, 0, 9, 2]  # the shortest first, ties in index order
     lengths = [LENGTHS[i] for batch in batches for i in batch]
     assert lengths == sorted(lengths) and all(isinstance(i, int) for b in batches for i in b)
     assert np.array_equal(np.sort(np.concatenate(batches)), np.arange(len(LENGTHS)))
+
+
+def test_each_process_buckets_its_own_share_under_a_distributed_sampler():
+    shares = []
+    for rank in (0, 1):
+        share = DistributedSampler(range(len(LENGTHS)), num_replicas=2, rank=rank, seed=3)
+        sampler = LengthBucketBatchSampler(share, 3, lengths=LENGTHS, shuffle=True, seed=1)
+        sampler.set_epoch(1)
+        assert share.epoch == 1, "the epoch reaches the distributed sampler"
+        shares.append([key.index for batch in sampler for key in batch])
+        assert len(list(sampler)) == len(sampler) == 3  # 7 indices per process (one repeated)
+    assert set(shares[0]) | set(shares[1]) == set(range(len(LENGTHS)))
+
+
+def test_lightning_recreates_the_loader_around_its_distributed_sampler():
+    """What Lightning does to a training loader under DDP (data_connector._request_dataloader
+    records the init arguments, _update_dataloader re-creates the loader with its sampler)."""
+    with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
+        loader = _loader(7)
+    share = DistributedSampler(loader.dataset, num_replicas=2, rank=1, shuffle=True, seed=0)
+    recreated = _update_dataloader(loader, share, mode=RunningStage.TRAINING)
+    assert isinstance(recreated, ResumableDataLoader)
+    assert isinstance(recreated.batch_sampler, LengthBucketBatchSampler)
+    assert recreated.batch_sampler.sampler is share
+    assert len(recreated) == 3 and recreated.state_dict()["order_seed"] == 7

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from vramkit.core.data.loaders import build_loader
 from vramkit.core.data.sample_seeds import SampleKey, mixed_seed
@@ -48,8 +48,9 @@ def collate_grid_items(items: Sequence[dict[str, torch.Tensor]]) -> dict[str, to
     return batch
 
 
-class LengthBucketBatchSampler(Sampler[list[SampleKey]]):
-    """Batches of indices with similar ``lengths``, resumable at any batch.
+class LengthBucketBatchSampler(BatchSampler):
+    """Batches of the indices ``sampler`` yields, grouped by similar ``lengths``, resumable at any
+    batch.
 
     With ``shuffle``, the indices are shuffled, cut into pools of ``pool_batches`` batches, each
     pool sorted by length and cut into batches, and the batches shuffled; every draw comes from a
@@ -59,51 +60,51 @@ class LengthBucketBatchSampler(Sampler[list[SampleKey]]):
     in one resumed in the middle of the epoch (a
     :class:`~vramkit.core.data.resumable_loader.ResumableOrder`, counted in batches). Without
     ``shuffle``, batches follow the length order, which is deterministic.
+
+    It is a ``BatchSampler`` whose first argument is the ``sampler``, so under DDP Lightning
+    re-creates it around its ``DistributedSampler`` (``lightning/pytorch/utilities/data.py``,
+    ``_dataloader_init_kwargs_resolve_sampler``) and each process buckets its own share.
     """
 
     def __init__(
         self,
-        lengths: Sequence[int],
+        sampler: Sampler[int] | Sequence[int],
         batch_size: int,
+        drop_last: bool = False,
         *,
+        lengths: Sequence[int],
         shuffle: bool,
         seed: int = 0,
-        drop_last: bool = False,
         pool_batches: int = 50,
     ) -> None:
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        super().__init__(sampler, batch_size, drop_last)
         self.lengths = torch.as_tensor(lengths, dtype=torch.long)
-        self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
-        self.drop_last = drop_last
         self.pool_batches = pool_batches
         self._start = 0  # batch the next pass starts at (a resumed epoch)
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` from the next pass on (Lightning calls it every epoch)."""
         self.epoch = epoch
+        if callable(getattr(self.sampler, "set_epoch", None)):
+            self.sampler.set_epoch(epoch)  # a DistributedSampler shuffles per epoch
 
     def start_next_pass_at(self, position: int) -> None:
         """Skip the first ``position`` batches of the next pass only."""
         self._start = position
 
-    def __len__(self) -> int:
-        count = len(self.lengths)
-        if self.drop_last:
-            return count // self.batch_size
-        return -(-count // self.batch_size)
-
     def __iter__(self) -> Iterator[list[SampleKey] | list[int]]:
         start, self._start = self._start, 0
+        indices = torch.as_tensor(list(self.sampler), dtype=torch.long)
         if not self.shuffle:
-            yield from self._cut(torch.argsort(self.lengths, stable=True))[start:]
+            order = indices[torch.argsort(self.lengths[indices], stable=True)]
+            yield from self._cut(order)[start:]
             return
         epoch = self.epoch
         generator = torch.Generator().manual_seed(mixed_seed(self.seed, epoch))
-        order = torch.randperm(len(self.lengths), generator=generator)
+        order = indices[torch.randperm(len(indices), generator=generator)]
         pool = self.batch_size * self.pool_batches
         batches = []
         for first in range(0, len(order), pool):
@@ -137,7 +138,7 @@ def grid_loader(
     """A loader of length-bucketed, padded grid batches (see :class:`LengthBucketBatchSampler`),
     its order seed the run's (``torch.initial_seed()``, set by ``seed_everything``)."""
     sampler = LengthBucketBatchSampler(
-        lengths, batch_size, shuffle=shuffle, seed=torch.initial_seed()
+        range(len(lengths)), batch_size, lengths=lengths, shuffle=shuffle, seed=torch.initial_seed()
     )
     return build_loader(
         dataset,
