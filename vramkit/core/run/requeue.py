@@ -17,6 +17,7 @@ stand-in ``local_processes``):
 A multirun claims a new sweep folder (``conf/hydra/default.yaml``), so a job that finds a
 ``last.ckpt`` in its own folder is an earlier attempt of itself: a submitit requeue, or SLURM's own
 requeue of a preempted job (``PreemptMode=REQUEUE``), which resumes from the last periodic write.
+A sweep pointed at an existing folder (``hydra.sweep.dir=<old sweep>``) continues its jobs so.
 Under DDP the stop signals stay Lightning's and submitit's (the resume checkpoint takes them only
 in a single-process run), so submitit requeues at once and the job resumes from the last periodic
 write too.
