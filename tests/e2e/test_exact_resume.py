@@ -22,6 +22,7 @@ import lightning as L
 import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
+from tiny_runs import TINY_ARC, flat_tensors
 
 from vramkit.core.run import compose
 from vramkit.core.run.train import train
@@ -87,8 +88,8 @@ def _differences(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
         if actual[key] != expected[key]
     ]
     for part in ("weights", "optimizer"):
-        flat_expected = _flatten(expected[part])
-        flat_actual = _flatten(actual[part])
+        flat_expected = flat_tensors(expected[part])
+        flat_actual = flat_tensors(actual[part])
         assert flat_expected.keys() == flat_actual.keys()
         problems += [
             f"{part} {name}: max |diff| "
@@ -97,16 +98,6 @@ def _differences(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
             if not torch.equal(tensor, flat_actual[name])
         ]
     return problems
-
-
-def _flatten(tree: dict[Any, Any], prefix: str = "") -> dict[str, torch.Tensor]:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        elif isinstance(value, torch.Tensor):
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def _run_killed(cfg: DictConfig, kill_at: tuple[str, int, int]) -> int | None:
@@ -190,12 +181,7 @@ SAGE_TINY = (
     "+hw=cpu",
     "hw.batch_size=2",
     "hw.val_batch_size=2",
-    "data.limit_tasks=2",
-    "data.max_demos=1",
-    "model.net.d_model=16",
-    "model.net.num_layers=1",
-    "model.net.num_heads=2",
-    "model.net.ffn_dim=32",
+    *TINY_ARC,
     "logger=csv",
     f"trainer.max_epochs={EPOCHS}",
     "trainer.max_time=null",

@@ -24,20 +24,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from tiny_runs import flat_tensors
 
 REPO = Path(__file__).resolve().parents[2]
 PREEMPT_AT_STEP = 3  # of 2 epochs x 4 batches (debug=smoke), inside the first epoch
 NEVER = 1000  # a step the run never reaches: the control job is not preempted
-
-
-def _flat(tree: dict, prefix: str = "") -> dict[str, torch.Tensor]:
-    flat: dict[str, torch.Tensor] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        elif isinstance(value, torch.Tensor):
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 @pytest.mark.slow
@@ -103,8 +94,8 @@ def test_a_preempted_submitit_job_requeues_and_resumes_to_the_same_weights(
     assert ours["global_step"] == theirs["global_step"] == 8, "both jobs ran to the end"
     assert ours["epoch"] == theirs["epoch"]
     for part in ("state_dict", "optimizer_states"):
-        expected = _flat(theirs[part] if part == "state_dict" else theirs[part][0]["state"])
-        actual = _flat(ours[part] if part == "state_dict" else ours[part][0]["state"])
+        expected = flat_tensors(theirs[part] if part == "state_dict" else theirs[part][0]["state"])
+        actual = flat_tensors(ours[part] if part == "state_dict" else ours[part][0]["state"])
         assert expected.keys() == actual.keys()
         differing = [name for name, t in expected.items() if not torch.equal(t, actual[name])]
         assert not differing, f"{part} differs after the requeue in {differing[:5]}"
