@@ -11,7 +11,7 @@ from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 from torch import nn
 
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
-from vramkit.core.planner import plan_json, plan_table, plan_task
+from vramkit.core.planner import TRAIN, plan_json, plan_table, plan_task
 from vramkit.core.planner.recorder import (
     ACTIVATIONS,
     GRADIENTS,
@@ -180,3 +180,32 @@ def test_a_plan_on_four_gpus_with_zero2_holds_less_optimizer_state_than_ddp():
     assert (data["strategy"], data["world_size"], data["per_device"]) == (ZERO2, N, True)
     assert "per device" not in plan_table(single)
     assert plan_json(single)["strategy"] == SINGLE
+
+
+def test_the_zero2_remedy_of_a_four_gpu_run_is_planned_per_device():
+    hw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hw" / "t4.yaml"))
+    hw.update(devices=N, memory_gib=0.5)  # nothing fits: every remedy is listed
+    cfg = task_config(CONV_MODEL, IMAGE_DATA, hw)
+    cfg.trainer.update({"strategy": "ddp"})
+    profile = validate_profile(hw, ProfileSource("t4"))
+    plan = plan_task(cfg, profile, train_batch_size=8, val_batch_size=8)
+    by_name = {remedy.name: remedy for remedy in plan.remedies}
+    zero2 = by_name[f"DeepSpeed ZeRO-2 across {N} GPUs"]
+    assert zero2.overrides[0] == "trainer=deepspeed_zero2"
+    # One device's trace with fp16 weights: each tensor rounded to 512 B as the allocator does.
+    one = plan.planner.measure(
+        TRAIN, 8, plan.setup.replace(sharding=Sharding(), precision="16-true")
+    ).allocated
+    params = list(plan.planner._subject(plan.setup).module.parameters())
+    psi = sum(p.numel() for p in params)
+    # fp16 weights (2Ψ) whole; Adam's moments in fp32 (2 × the fp16 trace's) + the fp32
+    # master weights (4Ψ) over the 4 devices: 12Ψ/N.
+    assert zero2.train.allocated[PARAMETERS] == one[PARAMETERS]
+    assert zero2.train.allocated[OPTIMIZER_STATE] == _round(
+        (2 * one[OPTIMIZER_STATE] + 4 * psi) / N
+    )
+    # fp16 moments: 4Ψ, plus each parameter's state tensors rounded up to 512-B blocks.
+    assert 4 * psi <= one[OPTIMIZER_STATE] <= 4 * psi + 3 * 512 * len(params)
+    assert zero2.train.allocated[OPTIMIZER_STATE] < plan.train.allocated[OPTIMIZER_STATE]
+    offload = by_name["DeepSpeed ZeRO-2, CPU offload"]
+    assert offload.train.allocated[OPTIMIZER_STATE] == 0
