@@ -11,7 +11,9 @@ parameter, gradient and optimizer-state bytes P, G and S at the peak:
   run; `DistributedDataParallel(gradient_as_bucket_view=False)` is torch's default
   (torch/nn/parallel/distributed.py) and Lightning's `DDPStrategy` passes only the kwargs it is
   given (lightning/pytorch/strategies/ddp.py), so gradients exist twice. With
-  `gradient_as_bucket_view: true` the gradients are views into the buckets (counted once).
+  `gradient_as_bucket_view: true` the gradients are views into the buckets (counted once; the
+  `DistributedDataParallel` docs: "the saved memory size will be equal to the total gradients
+  size").
   Buckets hold `bucket_cap_mb` = 25 MiB each (the first 1 MiB,
   `dist._DEFAULT_FIRST_BUCKET_BYTES`).
 - FSDP (torch/distributed/fsdp, Lightning's `FSDPStrategy`): FULL_SHARD keeps P/N, G/N and
