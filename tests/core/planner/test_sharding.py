@@ -11,7 +11,7 @@ from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 from torch import nn
 
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
-from vramkit.core.planner import TRAIN, plan_json, plan_table, plan_task
+from vramkit.core.planner import TRAIN, PlanningError, plan_json, plan_table, plan_task
 from vramkit.core.planner.recorder import (
     ACTIVATIONS,
     GRADIENTS,
@@ -142,8 +142,12 @@ def test_trainer_configs_name_their_sharding():
     assert sharding_of({"strategy": {"_target_": deepspeed, "stage": 3}}, 4).strategy == ZERO3
     offload = {"_target_": deepspeed, "stage": 2, "offload_optimizer": True}
     assert sharding_of({"strategy": offload}, 2) == Sharding(ZERO2_OFFLOAD, 2)
-    with pytest.raises(ValueError, match="stages 2 and 3"):
+    with pytest.raises(PlanningError, match="stages 2 and 3"):
         sharding_of({"strategy": {"_target_": deepspeed, "stage": 1}}, 2)
+    hybrid = {"_target_": "lightning.pytorch.strategies.FSDPStrategy"}
+    hybrid["sharding_strategy"] = "HYBRID_SHARD"
+    with pytest.raises(PlanningError, match="not 'HYBRID_SHARD'"):
+        sharding_of({"strategy": hybrid}, 8)
 
 
 def _plan(trainer: dict, devices: int):

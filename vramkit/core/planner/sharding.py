@@ -52,6 +52,7 @@ from typing import Any
 
 from torch import nn
 
+from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.recorder import GRADIENTS, OPTIMIZER_STATE, PARAMETERS
 
 SINGLE = "single"
@@ -353,10 +354,16 @@ def sharding_of(trainer: Mapping[str, Any] | None, world_size: int) -> Sharding:
             bucket_cap_mb=float(strategy.get("bucket_cap_mb") or DDP_BUCKET_CAP_MB),
         )
     if name == "FSDPStrategy":
+        how = str(strategy.get("sharding_strategy") or "FULL_SHARD")
+        if how not in _FSDP_PLANNED:
+            # HYBRID_SHARD shards within a node only: the world size is not what divides.
+            raise PlanningError(
+                f"the planner plans FSDP sharding_strategy {', '.join(_FSDP_PLANNED)}, not {how!r}"
+            )
         return Sharding(
             FSDP,
             world_size,
-            sharding_strategy=str(strategy.get("sharding_strategy") or "FULL_SHARD"),
+            sharding_strategy=how,
             wrap_classes=_wrap_classes(strategy.get("auto_wrap_policy")),
             cpu_offload=bool(strategy.get("cpu_offload") or False),
         )
@@ -368,11 +375,13 @@ def sharding_of(trainer: Mapping[str, Any] | None, world_size: int) -> Sharding:
         elif stage == 2:
             chosen = ZERO2_OFFLOAD if strategy.get("offload_optimizer") else ZERO2
         else:
-            raise ValueError(f"the planner plans DeepSpeed stages 2 and 3, not stage {stage}")
+            raise PlanningError(f"the planner plans DeepSpeed stages 2 and 3, not stage {stage}")
         bucket = strategy.get("reduce_bucket_size") or DEEPSPEED_REDUCE_BUCKET
         return Sharding(chosen, world_size, reduce_bucket_size=int(bucket))
-    raise ValueError(f"the planner does not know the strategy {target!r}")
+    raise PlanningError(f"the planner does not know the strategy {target!r}")
 
+
+_FSDP_PLANNED = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 
 _NAMED = {
     "ddp": DDP,
@@ -381,6 +390,7 @@ _NAMED = {
     "ddp_notebook": DDP,
     "ddp_find_unused_parameters_true": DDP,
     "fsdp": FSDP,
+    "deepspeed": ZERO2,  # Lightning's registry: DeepSpeedStrategy() is stage 2
     "deepspeed_stage_2": ZERO2,
     "deepspeed_stage_2_offload": ZERO2_OFFLOAD,
     "deepspeed_stage_3": ZERO3,
@@ -391,8 +401,10 @@ _NAMED = {
 def _named(name: str, world_size: int) -> Sharding:
     if name in ("auto", "single_device"):
         return Sharding(DDP if world_size > 1 else SINGLE, world_size)
+    if name == "fsdp_cpu_offload":
+        return Sharding(FSDP, world_size, cpu_offload=True)
     if name not in _NAMED:
-        raise ValueError(f"the planner does not know the strategy {name!r}")
+        raise PlanningError(f"the planner does not know the strategy {name!r}")
     return Sharding(_NAMED[name], world_size)
 
 
