@@ -171,10 +171,15 @@ def test_a_plan_on_four_gpus_with_zero2_holds_less_optimizer_state_than_ddp():
             getattr(zero2, phase).allocated[OPTIMIZER_STATE]
             < (getattr(ddp, phase).allocated[OPTIMIZER_STATE])
         )
-        # Activations are each device's own batch: the same as one device's.
+        # Activations are each device's own batch: DDP's are one device's; DeepSpeed runs the
+        # 16-bit model without autocast (traced as 16-true), so it needs no weight-cast cache.
+        assert (
+            getattr(ddp, phase).allocated[ACTIVATIONS]
+            == (getattr(single, phase).allocated[ACTIVATIONS])
+        )
         assert (
             getattr(zero2, phase).allocated[ACTIVATIONS]
-            == (getattr(single, phase).allocated[ACTIVATIONS])
+            <= (getattr(single, phase).allocated[ACTIVATIONS])
         )
     assert ddp.train.allocated[GRADIENTS] > single.train.allocated[GRADIENTS]  # bucket copies
     table = plan_table(zero2)

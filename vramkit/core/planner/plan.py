@@ -42,7 +42,7 @@ from vramkit.core.planner.recorder import (
     PARAMETERS,
 )
 from vramkit.core.planner.run_setup import RunSetup
-from vramkit.core.planner.sharding import model_states, shard_allocated
+from vramkit.core.planner.sharding import model_states, shard_allocated, traced_precision
 from vramkit.core.planner.subject import build_module, build_optimizer, with_model_overrides
 from vramkit.core.units import GIB
 
@@ -163,6 +163,7 @@ class MemoryPlanner:
         return self._measured[key]
 
     def _trace(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:
+        setup = setup.replace(precision=traced_precision(setup.sharding, setup.precision))
         subject = self._subject(setup)
         sample = self.samples.train if phase == TRAIN else self.samples.val
         module = subject.module

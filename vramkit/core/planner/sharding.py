@@ -26,7 +26,8 @@ parameter, gradient and optimizer-state bytes P, G and S at the peak:
   whole model is gathered for the whole step. SHARD_GRAD_OP keeps parameters gathered from
   forward to the end of backward; NO_SHARD is DDP.
 - DeepSpeed ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
-  Parameter Models", Fig. 1; DeepSpeed's engine halves the model when fp16/bf16 is enabled):
+  Parameter Models", Fig. 1; DeepSpeed's engine halves the model when fp16/bf16 is enabled, so
+  the trace follows "16-true" / "bf16-true": `traced_precision`):
   16-bit parameters 2Ψ, 16-bit gradients 2Ψ and KΨ of optimizer states (K = 12 for
   mixed-precision Adam: fp32 master weights 4Ψ, momentum 4Ψ, variance 4Ψ). Stage 2 keeps
   2Ψ + (2 + K)Ψ/N, stage 3 (2 + 2 + K)Ψ/N (stage 1 would be 2Ψ + 2Ψ + KΨ/N). Here KΨ is the
@@ -195,6 +196,19 @@ def _unit_sizes(module: nn.Module, wrapped: set[str]) -> list[int]:
 
     sizes.append(visit(module))
     return sizes
+
+
+def traced_precision(sharding: Sharding, precision: str) -> str:
+    """The precision whose semantics a trace of this run follows.
+
+    DeepSpeed runs "16-mixed" / "bf16-mixed" without autocast: Lightning's `DeepSpeedPrecision`
+    has no autocast `forward_context` and converts the inputs, and DeepSpeed's engine converts
+    the module to the 16-bit dtype; that is Lightning's "16-true" / "bf16-true" (no weight-cast
+    cache, 16-bit activations). The fp32 master weights are added by `shard_allocated`.
+    """
+    if sharding.strategy in DEEPSPEED:
+        return {"16-mixed": "16-true", "bf16-mixed": "bf16-true"}.get(precision, precision)
+    return precision
 
 
 def sixteen_bit(precision: str) -> bool:
