@@ -108,7 +108,7 @@ def run_sharding(cfg: DictConfig, profile: HardwareProfile) -> Sharding:
     """
     trainer = cfg.get("trainer")
     if not isinstance(trainer, DictConfig):
-        return Sharding(world_size=profile.world_size)
+        return sharding_of({}, profile.world_size)  # Lightning's "auto"
     raw = OmegaConf.to_container(trainer, resolve=False)
     devices = raw.get("devices")
     nodes = raw.get("num_nodes")
