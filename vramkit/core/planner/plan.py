@@ -42,6 +42,7 @@ from vramkit.core.planner.recorder import (
     PARAMETERS,
 )
 from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.sharding import ZERO2_OFFLOAD as OFFLOADED_ZERO2
 from vramkit.core.planner.sharding import model_states, shard_allocated, traced_precision
 from vramkit.core.planner.subject import build_module, build_optimizer, with_model_overrides
 from vramkit.core.units import GIB
@@ -164,6 +165,10 @@ class MemoryPlanner:
 
     def _trace(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:
         setup = setup.replace(precision=traced_precision(setup.sharding, setup.precision))
+        if setup.sharding.strategy == OFFLOADED_ZERO2:
+            # Nothing of the optimizer stays on the device, whatever the world size: DeepSpeed's
+            # own layout traces that exactly (gradients leave as produced, no device step).
+            setup = setup.replace(optimizer=ZERO2_OFFLOAD)
         subject = self._subject(setup)
         sample = self.samples.train if phase == TRAIN else self.samples.val
         module = subject.module

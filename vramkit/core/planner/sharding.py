@@ -40,7 +40,9 @@ parameter, gradient and optimizer-state bytes P, G and S at the peak:
   configuration docs, "ZeRO Optimizations for FP16 Training", defaults 1e9, 5e7 and 1e5).
   Lightning's `DeepSpeedStrategy` sets reduce and all-gather buckets of 2e8 elements
   (lightning/pytorch/strategies/deepspeed.py). Offloading the optimizer keeps its state, the
-  master weights and the gradient partitions in host memory; offloading parameters (stage 3)
+  master weights and the gradient partitions in host memory (the planner traces that with
+  `optimizer_layouts.ZeroStage2Layout`, which also drops the device-side optimizer step's
+  temporaries; `shard_allocated` states the same arithmetic); offloading parameters (stage 3)
   keeps the parameter partitions there.
 """
 
