@@ -118,7 +118,7 @@ class Sharding:
 
     @property
     def label(self) -> str:
-        """How the plan names it, e.g. "DeepSpeed ZeRO-2 across 4 GPUs"."""
+        """How the plan names the strategy, e.g. "DeepSpeed ZeRO-2"."""
         names = {
             SINGLE: "one device",
             DDP: "DDP",
