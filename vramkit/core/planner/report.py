@@ -11,6 +11,7 @@ import torch
 from vramkit.core.planner.peak_holders import Holder
 from vramkit.core.planner.plan import PhasePlan
 from vramkit.core.planner.remedies import Remedy
+from vramkit.core.planner.sharding import row_notes
 from vramkit.core.planner.task_plan import MemoryPlan
 from vramkit.core.tables import render_table
 from vramkit.core.units import GIB
@@ -104,6 +105,11 @@ def plan_json(plan: MemoryPlan) -> dict[str, Any]:
         "device": profile.label,
         "precision": plan.setup.precision,
         "optimizer": plan.optimizer,
+        "strategy": plan.setup.sharding.strategy,
+        "devices": profile.devices,
+        "num_nodes": profile.num_nodes,
+        "world_size": plan.setup.sharding.world_size,
+        "per_device": plan.setup.sharding.sharded,
         "budget_gib": None if plan.budget_gib is None else _gib(plan.budget_gib),
         "memory_gib": profile.memory_gib,
         "fits": plan.fits,
@@ -148,6 +154,10 @@ def plan_table(plan: MemoryPlan) -> str:
         f"memory plan for {profile.label} ({profile.name}), {plan.setup.precision}, "
         f"{plan.optimizer}"
     )
+    sharding = plan.setup.sharding
+    if sharding.sharded:
+        gpus = "GPU" if sharding.world_size == 1 else "GPUs"
+        head += f"; per device ({sharding.world_size} {gpus}, {sharding.label})"
     if plan.budget_bytes is None:
         budget_line = "budget: none (CPU profile: host memory)"
     else:
@@ -160,7 +170,15 @@ def plan_table(plan: MemoryPlan) -> str:
     val_label = _batch_label(plan.val, plan.val_searched, plan.val_limit, budget)
     train_gib = plan.train.breakdown_gib()
     val_gib = plan.val.breakdown_gib()
-    rows = [[title, f"{train_gib[key]:.3f}", f"{val_gib[key]:.3f}"] for key, title in _ROWS]
+    notes = row_notes(plan.setup.sharding)
+    rows = [
+        [
+            f"{title} ({notes[key]})" if key in notes else title,
+            f"{train_gib[key]:.3f}",
+            f"{val_gib[key]:.3f}",
+        ]
+        for key, title in _ROWS
+    ]
     rows.append(["verdict", _verdict(plan.train.fits(budget)), _verdict(plan.val.fits(budget))])
     rows.append(["peak at", plan.train.peak_at, plan.val.peak_at])
     breakdown = render_table(["GiB", f"train {train_label}", f"val {val_label}"], rows)
