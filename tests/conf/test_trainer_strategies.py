@@ -12,7 +12,7 @@ from vramkit.core.run.compose import compose_config
 from vramkit.core.run.resolvers import register_resolvers
 
 STRATEGIES = {
-    "ddp": ("ddp", True),
+    "ddp": ("lightning.pytorch.strategies.DDPStrategy", True),
     "ddp_sim": ("ddp", False),
     "fsdp": ("lightning.pytorch.strategies.FSDPStrategy", True),
     "deepspeed_zero2": ("lightning.pytorch.strategies.DeepSpeedStrategy", None),
