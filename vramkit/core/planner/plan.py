@@ -202,11 +202,8 @@ class MemoryPlanner:
                 trace.peak_bytes,
                 trace.events,
                 backward=backward,
-                convolutions=trace.convolutions,
             )
-            workspace = setup.device.workspace_bytes(
-                backward=backward, convolutions=trace.convolutions
-            )
+            workspace = setup.device.workspace_bytes(backward=backward)
         return PhasePlan(
             phase=phase,
             batch_size=batch_size,

@@ -29,6 +29,7 @@ from vramkit.core.planner.peak_holders import (
     OUTSIDE,
     SAVED_ACTIVATION,
     TEMPORARY,
+    WORKSPACE,
     Holder,
     ModuleScope,
     group_holders,
@@ -86,6 +87,7 @@ class StorageRecorder(TorchDispatchMode):
         # ones autograd saved for backward, and the modules' names while `attribute_to` runs.
         self._origin: dict[int, tuple[str, tuple[int, ...], torch.dtype]] = {}
         self._saved: set[int] = set()
+        self._workspaces: set[int] = set()
         self._scope: ModuleScope | None = None
         self._owners: dict[int, str] = {}
         self.events: list[tuple[int, int]] = []
@@ -155,6 +157,37 @@ class StorageRecorder(TorchDispatchMode):
             finally:
                 self._scope = None
 
+    def charge_workspace(self, nbytes: int, device: torch.device) -> None:
+        """Allocate and give back `nbytes` of library workspace now, as a kernel that takes a
+        scratch block from the caching allocator for one call does (cuDNN convolutions)."""
+        if nbytes <= 0:
+            return
+        workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        serial = self._track(workspace)
+        if serial is not None:
+            self._workspaces.add(serial)
+        del workspace
+
+    def leave_out(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Stop counting `tensors` as device memory: a CUDA run keeps them on the host.
+
+        They leave the live total, the allocation events and the recorded peak (the peak then
+        reads the device bytes at that moment; another moment within their few bytes of it may
+        have been higher). Registering them later changes nothing.
+        """
+        gone: set[int] = set()
+        for tensor in tensors:
+            serial = self._track(tensor)
+            if serial is None or serial not in self._live:
+                continue
+            size = self._live.pop(serial)
+            self.current -= size
+            gone.add(serial)
+            if self.peak.live.pop(serial, None) is not None:
+                self.peak.bytes -= size
+        if gone:
+            self.events = [event for event in self.events if event[0] not in gone]
+
     def note_forward_end(self) -> None:
         """Mark the activations alive now, at the end of a forward pass, as saved for backward.
 
@@ -171,7 +204,9 @@ class StorageRecorder(TorchDispatchMode):
         kinds = {}
         for serial in self.peak.live:
             category = self._category.get(serial)
-            if category is not None and category != ACTIVATIONS:
+            if serial in self._workspaces:
+                kinds[serial] = WORKSPACE
+            elif category is not None and category != ACTIVATIONS:
                 kinds[serial] = category
             else:
                 kinds[serial] = SAVED_ACTIVATION if serial in self._saved else TEMPORARY

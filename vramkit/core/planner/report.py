@@ -79,7 +79,7 @@ def peak_holders_table(phase: PhasePlan, *, rows: int = 6) -> str:
         for holder in phase.holders[:rows]
     ]
     if phase.workspace:
-        body.append(["(cuBLAS / cuDNN)", "workspace", f"{phase.workspace / GIB:.3f}", "", ""])
+        body.append(["(cuBLAS)", "workspace", f"{phase.workspace / GIB:.3f}", "", ""])
     return render_table(["where", "kind", "GiB", "tensors", "largest"], body)
 
 
