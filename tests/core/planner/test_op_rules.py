@@ -53,7 +53,8 @@ class OpMemory:
     saved: int
     """Bytes live after the forward beyond the inputs and the output."""
     forward_peak: int
-    """Most bytes above the inputs during the forward (the output included)."""
+    """Most bytes above the inputs during the forward (the output included; with a
+    convolution's cuDNN workspace, as `max_memory_allocated` reads it)."""
     backward_peak: int
     """Most bytes above what was live when backward began (gradients included)."""
     saved_tensors: tuple[tuple[tuple[int, ...], torch.dtype], ...]
@@ -96,13 +97,13 @@ def measure(
             hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
             with hooks, semantics.forward_region():
                 output = op(*inputs)
-            forward_peak = recorder.peak.bytes - base
+            forward_peak = recorder.peak_with_workspaces.bytes - base
             saved = recorder.current - base - round_allocation(output.untyped_storage().nbytes())
             gradient = torch.ones_like(output)
             recorder.reset_peak()
             before = recorder.current
             output.backward(gradient)
-            backward_peak = recorder.peak.bytes - before
+            backward_peak = recorder.peak_with_workspaces.bytes - before
         recorder.close()
     return OpMemory(saved, forward_peak, backward_peak, tuple(saved_tensors))
 

@@ -112,6 +112,10 @@ class StepTrace:
     """The largest groups of tensors live at the peak, by module and kind."""
     events: tuple[tuple[int, int], ...] = ()
     """Every allocation (serial, bytes) and free (serial, 0) of the phase, in order."""
+    max_allocated_bytes: int = 0
+    """The peak with the cuDNN workspace each convolution takes when memory is to spare."""
+    max_allocated_holders: tuple[Holder, ...] = ()
+    """What is live at that moment (`holders` when no workspace rises above the peak)."""
 
 
 class StepSemantics:
@@ -239,7 +243,7 @@ class FakeStepRecorder(StorageRecorder):
         if self.cuda_device and func.__name__.split(".")[0] in CUDNN_CONVOLUTION_OPS:
             # After the outputs: cuDNN writes into them while its workspace is held.
             workspace = convolution_workspace_bytes(func.__name__.split(".")[0], args, os.environ)
-            self.charge_workspace(workspace, args[0].device)
+            self.charge_workspace(workspace)
         return out
 
     def run_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -428,14 +432,22 @@ def _register_optimizer_state(optimizer: torch.optim.Optimizer, recorder: Storag
 
 
 def _result(recorder: StorageRecorder, attention: CudaAttention | None) -> StepTrace:
+    holders = recorder.peak_holders()
+    with_workspaces = recorder.peak_with_workspaces
     return StepTrace(
         peak_bytes=recorder.peak.bytes,
         breakdown=recorder.peak_breakdown(),
         peak_at=recorder.peak.label,
         attention_kernels=tuple(attention.choices) if attention is not None else (),
         timeline=tuple(recorder.timeline),
-        holders=recorder.peak_holders(),
+        holders=holders,
         events=tuple(recorder.events),
+        max_allocated_bytes=with_workspaces.bytes,
+        max_allocated_holders=(
+            holders
+            if with_workspaces is recorder.peak
+            else recorder.peak_holders(with_workspaces=True)
+        ),
     )
 
 
