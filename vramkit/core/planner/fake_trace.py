@@ -201,20 +201,28 @@ class FakeStepRecorder(StorageRecorder):
     False for every draw in [0, 1), so LayerDrop at probability 0 (transformers 4.x OPT draws
     even then) plans every layer.
 
-    With `round_to_device` (a GPU run is planned) the recorder also follows two CUDA facts a CPU
-    trace lacks: each convolution holds cuDNN's workspace while it runs
-    (`op_rules.convolution_workspace_bytes`, charged after its outputs and given back at once),
-    and the step counters a `foreach` / for-loop Adam(W) keeps on the host
-    (`optimizer_layouts.host_state_tensors`) leave device memory after every optimizer step.
+    With `cuda_run` (a GPU run is planned; by default whenever `round_to_device`) the recorder
+    also follows two CUDA facts a CPU trace lacks: each convolution holds cuDNN's workspace
+    while it runs (`op_rules.convolution_workspace_bytes`, counted after its outputs in
+    `peak_with_workspaces`, see `charge_workspace`), and the step counters a `foreach` /
+    for-loop Adam(W) keeps on the host (`optimizer_layouts.host_state_tensors`) leave device
+    memory after every optimizer step.
     """
 
-    def __init__(self, *, scalar_stand_in: int, round_to_device: bool, keep_timeline: bool) -> None:
+    def __init__(
+        self,
+        *,
+        scalar_stand_in: int,
+        round_to_device: bool,
+        keep_timeline: bool,
+        cuda_run: bool | None = None,
+    ) -> None:
         super().__init__(
             round_bytes=round_allocation if round_to_device else (lambda n: n),
             keep_timeline=keep_timeline,
         )
         self.scalar_stand_in = scalar_stand_in
-        self.cuda_device = round_to_device
+        self.cuda_run = round_to_device if cuda_run is None else cuda_run
         self._optimizer_hook: Any = None
         # Scalars drawn at random, or computed from such draws: id → weak reference.
         self._random_scalars: dict[int, weakref.ref] = {}
@@ -224,7 +232,7 @@ class FakeStepRecorder(StorageRecorder):
         self._settled: dict[int, tuple[weakref.ref, bool]] = {}
 
     def __enter__(self) -> FakeStepRecorder:
-        if self.cuda_device:
+        if self.cuda_run:
             # Global, so optimizers built before the trace (and wrapped ones) are seen too.
             self._optimizer_hook = register_optimizer_step_post_hook(self._after_optimizer_step)
         return super().__enter__()
@@ -240,7 +248,7 @@ class FakeStepRecorder(StorageRecorder):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = super().__torch_dispatch__(func, types, args, kwargs)
-        if self.cuda_device and func.__name__.split(".")[0] in CUDNN_CONVOLUTION_OPS:
+        if self.cuda_run and func.__name__.split(".")[0] in CUDNN_CONVOLUTION_OPS:
             # After the outputs: cuDNN writes into them while its workspace is held.
             workspace = convolution_workspace_bytes(func.__name__.split(".")[0], args, os.environ)
             self.charge_workspace(workspace)
