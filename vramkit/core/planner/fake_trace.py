@@ -51,7 +51,7 @@ from vramkit.core.planner.dropout_rules import CudaDropout
 from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.fast_paths import InferenceFastPaths
 from vramkit.core.planner.op_rules import (
-    CUDNN_CONVOLUTION_OPS,
+    CUDNN_CONVOLUTIONS,
     CudaKernels,
     convolution_workspace_bytes,
 )
@@ -248,10 +248,10 @@ class FakeStepRecorder(StorageRecorder):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = super().__torch_dispatch__(func, types, args, kwargs)
-        if self.cuda_run and func.__name__.split(".")[0] in CUDNN_CONVOLUTION_OPS:
+        convolution = CUDNN_CONVOLUTIONS.get(func) if self.cuda_run else None
+        if convolution is not None:
             # After the outputs: cuDNN writes into them while its workspace is held.
-            workspace = convolution_workspace_bytes(func.__name__.split(".")[0], args, os.environ)
-            self.charge_workspace(workspace)
+            self.charge_workspace(convolution_workspace_bytes(convolution, args, os.environ))
         return out
 
     def run_op(self, func: Any, args: tuple, kwargs: dict) -> Any:

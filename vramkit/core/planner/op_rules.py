@@ -313,8 +313,11 @@ def cudnn_convolution_workspace_bytes(
 
 _CONVOLUTION = "convolution"
 _CONVOLUTION_BACKWARD = "convolution_backward"
-CUDNN_CONVOLUTION_OPS = frozenset({_CONVOLUTION, _CONVOLUTION_BACKWARD})
-"""The aten ops (overload packet names) that run cuDNN convolutions on CUDA."""
+CUDNN_CONVOLUTIONS = {
+    torch.ops.aten.convolution.default: _CONVOLUTION,
+    torch.ops.aten.convolution_backward.default: _CONVOLUTION_BACKWARD,
+}
+"""The aten ops that run cuDNN convolutions on CUDA, by name (`convolution_workspace_bytes`)."""
 
 
 def convolution_workspace_bytes(name: str, args: tuple, environ: Mapping[str, str]) -> int:
