@@ -430,6 +430,8 @@ def _register_state(
 
 
 def _register_optimizer_state(optimizer: torch.optim.Optimizer, recorder: StorageRecorder) -> None:
+    # A GPU plan's recorder has left the host step counters out after the step (FakeStepRecorder);
+    # registering them again counts nothing.
     owners, tensors = [], []
     for param, state in optimizer.state.items():
         for value in state.values():

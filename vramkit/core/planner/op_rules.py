@@ -335,6 +335,8 @@ def convolution_workspace_bytes(name: str, args: tuple, environ: Mapping[str, st
         output_side = input if transposed else None
     elif name == _CONVOLUTION_BACKWARD:
         grad_output, input, weight = args[0], args[1], args[2]
+        if not any(args[10][:2]):  # output_mask: neither grad_input nor grad_weight is asked for
+            return 0
         transposed, groups = args[7], args[9]
         output_side = input if transposed else grad_output
     else:

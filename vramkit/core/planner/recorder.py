@@ -199,6 +199,8 @@ class StorageRecorder(TorchDispatchMode):
                     recorded.bytes -= size
         if gone:
             self.events = [event for event in self.events if event[0] not in gone]
+        if self.peak_with_workspaces.bytes < self.peak.bytes:  # keep it the larger of the two
+            self.peak_with_workspaces = self.peak
 
     def note_forward_end(self) -> None:
         """Mark the activations alive now, at the end of a forward pass, as saved for backward.
