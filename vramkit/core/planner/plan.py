@@ -72,6 +72,12 @@ class PhasePlan:
     attention_kernels: tuple[str, ...] = ()
     holders: tuple[Holder, ...] = ()
     """The largest groups of tensors live at the peak, by module and kind (`peak_holders`)."""
+    allocated_with_workspaces: int = 0
+    """The traced peak with the cuDNN workspace each convolution takes when memory is to spare;
+    a convolution takes it only from free memory (Conv_v8.cpp, `try_configs`), so it is not part
+    of `peak` (bytes)."""
+    max_allocated_holders: tuple[Holder, ...] = ()
+    """What is live at that moment (`holders` when no workspace rises above the peak)."""
 
     @property
     def allocated_peak(self) -> int:
@@ -80,8 +86,9 @@ class PhasePlan:
 
     @property
     def predicted_max_allocated(self) -> int:
-        """What `torch.cuda.max_memory_allocated()` should read after this phase (bytes)."""
-        return self.allocated_peak + self.workspace
+        """What `torch.cuda.max_memory_allocated()` should read after this phase (bytes), the
+        cuDNN workspaces at their bound included."""
+        return max(self.allocated_peak, self.allocated_with_workspaces) + self.workspace
 
     @property
     def peak(self) -> int:
@@ -219,11 +226,8 @@ class MemoryPlanner:
                 trace.peak_bytes,
                 trace.events,
                 backward=backward,
-                convolutions=trace.convolutions,
             )
-            workspace = setup.device.workspace_bytes(
-                backward=backward, convolutions=trace.convolutions
-            )
+            workspace = setup.device.workspace_bytes(backward=backward)
         return PhasePlan(
             phase=phase,
             batch_size=batch_size,
@@ -234,6 +238,8 @@ class MemoryPlanner:
             peak_at=trace.peak_at,
             attention_kernels=tuple(sorted(set(trace.attention_kernels))),
             holders=trace.holders,
+            allocated_with_workspaces=trace.max_allocated_bytes,
+            max_allocated_holders=trace.max_allocated_holders,
         )
 
     def largest_batch_size(

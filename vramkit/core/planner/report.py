@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from vramkit.core.planner.peak_holders import Holder
+from vramkit.core.planner.peak_holders import WORKSPACE, Holder
 from vramkit.core.planner.plan import PhasePlan
 from vramkit.core.planner.remedies import Remedy
 from vramkit.core.planner.sharding import row_notes
@@ -53,7 +53,16 @@ def _phase_json(phase: PhasePlan, budget_bytes: int | None) -> dict[str, Any]:
         "attention_kernels": list(phase.attention_kernels),
         "breakdown": {key: _gib(value) for key, value in phase.breakdown_gib().items()},
         "peak_holders": [_holder_json(holder) for holder in phase.holders],
+        "max_allocated_holders": [_holder_json(holder) for holder in phase.max_allocated_holders],
     }
+
+
+def _largest_workspace(phase: PhasePlan) -> Holder | None:
+    """The cuDNN workspace live at the max-allocated moment, when it rises above the peak."""
+    if phase.allocated_with_workspaces <= phase.allocated_peak:
+        return None
+    workspaces = [h for h in phase.max_allocated_holders if h.kind == WORKSPACE]
+    return max(workspaces, key=lambda holder: holder.bytes, default=None)
 
 
 def _holder_json(holder: Holder) -> dict[str, Any]:
@@ -80,7 +89,7 @@ def peak_holders_table(phase: PhasePlan, *, rows: int = 6) -> str:
         for holder in phase.holders[:rows]
     ]
     if phase.workspace:
-        body.append(["(cuBLAS / cuDNN)", "workspace", f"{phase.workspace / GIB:.3f}", "", ""])
+        body.append(["(cuBLAS)", "workspace", f"{phase.workspace / GIB:.3f}", "", ""])
     return render_table(["where", "kind", "GiB", "tensors", "largest"], body)
 
 
@@ -191,6 +200,14 @@ def plan_table(plan: MemoryPlan) -> str:
             lines.append("")
             lines.append(f"what holds the {name} peak ({phase.peak_at}), GiB:")
             lines.append(peak_holders_table(phase))
+        workspace = _largest_workspace(phase)
+        if workspace is not None:
+            lines.append(
+                f"cuDNN workspace at most {workspace.bytes / GIB:.3f} GiB in {workspace.where} "
+                "(max_allocated "
+                f"{phase.predicted_max_allocated / GIB:.2f} GiB with memory to spare; taken only "
+                "from free memory, so not part of the peak)"
+            )
     if plan.remedies:
         lines.append("")
         lines.append(
