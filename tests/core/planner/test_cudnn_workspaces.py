@@ -82,7 +82,8 @@ def test_the_workspace_raises_max_allocated_but_not_the_peak_a_budget_must_hold(
     # the next one, so the run never fails for it; the plan's fit stays with the rest.
     setup, trace = _trace("WideKernelConv", trace_training, (32, 64, 64), 4)
     plan = MemoryPlanner._phase_plan(TRAIN, 4, setup, trace)
-    assert plan.predicted_max_allocated == trace.max_allocated_bytes + plan.workspace
+    assert plan.max_allocated_bound == trace.max_allocated_bytes + plan.workspace
+    assert plan.predicted_max_allocated == trace.peak_bytes + plan.workspace
     assert plan.allocated_peak == trace.peak_bytes < trace.max_allocated_bytes
 
 

@@ -86,8 +86,15 @@ class PhasePlan:
 
     @property
     def predicted_max_allocated(self) -> int:
-        """What `torch.cuda.max_memory_allocated()` should read after this phase (bytes), the
-        cuDNN workspaces at their bound included."""
+        """What `torch.cuda.max_memory_allocated()` should read after this phase (bytes) when
+        cuDNN's convolutions take no workspace beyond the traced step (the implicit-GEMM
+        engines need none); `max_allocated_bound` is the reading at their workspaces' bound."""
+        return self.allocated_peak + self.workspace
+
+    @property
+    def max_allocated_bound(self) -> int:
+        """The most `torch.cuda.max_memory_allocated()` can read after this phase (bytes): every
+        convolution's cuDNN workspace at its bound (`op_rules`), taken with memory to spare."""
         return max(self.allocated_peak, self.allocated_with_workspaces) + self.workspace
 
     @property

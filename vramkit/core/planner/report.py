@@ -48,6 +48,7 @@ def _phase_json(phase: PhasePlan, budget_bytes: int | None) -> dict[str, Any]:
         "accumulate_grad_batches": phase.accumulate_grad_batches,
         "peak_gib": _gib(phase.peak_gib),
         "max_allocated_gib": _gib(phase.predicted_max_allocated / GIB),
+        "max_allocated_bound_gib": _gib(phase.max_allocated_bound / GIB),
         "fits": phase.fits(budget_bytes),
         "peak_at": phase.peak_at,
         "attention_kernels": list(phase.attention_kernels),
@@ -204,9 +205,9 @@ def plan_table(plan: MemoryPlan) -> str:
         if workspace is not None:
             lines.append(
                 f"cuDNN workspace at most {workspace.bytes / GIB:.3f} GiB in {workspace.where} "
-                "(max_allocated "
-                f"{phase.predicted_max_allocated / GIB:.2f} GiB with memory to spare; taken only "
-                "from free memory, so not part of the peak)"
+                f"(max_allocated {phase.predicted_max_allocated / GIB:.2f} to "
+                f"{phase.max_allocated_bound / GIB:.2f} GiB; taken only from free memory, so "
+                "not part of the peak)"
             )
     if plan.remedies:
         lines.append("")
