@@ -15,6 +15,7 @@ from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.core.config.monitored_metrics import check_monitored_metrics
 from vramkit.core.config.source import command_line_overrides
 from vramkit.core.config.trainer_schema import check_trainer
+from vramkit.core.distributed.sync_batchnorm import cpu_sync_batchnorm_arguments
 from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.fit_to_budget import write_fit_decision
 from vramkit.core.run.loggers import finish_wandb, log_config
@@ -49,7 +50,9 @@ def train(cfg: DictConfig) -> float | None:
     model = instantiate(cfg.model)
     callbacks = instantiate_group(cfg.get("callbacks"))
     loggers = instantiate_group(cfg.get("logger"))
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    trainer: L.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, **_layer_sync(cfg.trainer)
+    )
     # callbacks with nothing to do in this run would cost every step
     keep_working_callbacks(trainer, datamodule)
     try:
@@ -62,6 +65,12 @@ def train(cfg: DictConfig) -> float | None:
     if cfg.get("train", True):
         _log_summary(trainer)  # last, after the loggers' own closing output
     return result
+
+
+def _layer_sync(trainer: DictConfig) -> dict:
+    # torch's SyncBatchNorm refuses CPU tensors: CPU processes (trainer=ddp_sim) get ours
+    plugins = [instantiate(node) for node in trainer.get("plugins") or []]
+    return cpu_sync_batchnorm_arguments(trainer, plugins)
 
 
 @rank_zero_only

@@ -1,0 +1,56 @@
+"""Sums over every process of a run, with gradients, so a batch-pooled quantity (a loss that
+divides sums over the batch, BatchNorm statistics) is pooled over the global batch.
+
+Why gradients flow as they should: every process computes the same pooled value ``f(S)`` of the
+summed ``S = sum_r s_r``. The backward of ``torch.distributed.nn.functional.all_reduce`` (SUM)
+all-reduces the incoming gradient (``torch/distributed/nn/functional.py``, ``_AllReduce``), so
+process ``r`` receives ``P * df/dS`` for its ``s_r``; DDP then averages the parameter gradients
+over the ``P`` processes (``torch/nn/parallel/distributed.py``), which leaves
+``sum_r ds_r/dθ * df/dS``: the gradient of one process computing ``f`` on the whole global batch.
+With one process (or no process group) every function here is the identity.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.distributed.nn.functional import all_reduce
+
+
+def process_count() -> int:
+    """Processes of the default group; 1 without an initialised one (a plain run, a trace)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return 1
+
+
+def sum_over_processes(tensor: Tensor) -> Tensor:
+    """``tensor`` summed over every process (same shape), differentiable as explained above."""
+    if process_count() == 1:
+        return tensor
+    return all_reduce(tensor, op=dist.ReduceOp.SUM)
+
+
+def sum_of_largest_over_processes(values: Tensor, count: int) -> Tensor:
+    """This process's share of the sum of the ``count`` largest ``values`` of all processes.
+
+    The ``count`` largest of all processes are among each process's own ``count`` largest, so
+    those (detached, padded with -inf to one length) are gathered to find the global
+    ``count``-th largest value ``t``; this process then sums its values ``>= t``. Summed over the
+    processes (:func:`sum_over_processes`) that is the global top-``count`` sum, exactly as
+    ``topk`` over the concatenated values would give it unless values tie with ``t``.
+    """
+    if count <= 0:
+        return values.sum() * 0.0
+    processes = process_count()
+    if processes == 1:
+        return torch.topk(values, min(count, values.numel())).values.sum()
+    own = torch.topk(values.detach(), min(count, values.numel())).values
+    padded = torch.full((count,), float("-inf"), dtype=values.dtype, device=values.device)
+    padded[: own.numel()] = own
+    gathered = [torch.empty_like(padded) for _ in range(processes)]
+    dist.all_gather(gathered, padded)
+    everyone = torch.cat(gathered)
+    threshold = torch.topk(everyone, min(count, int(torch.isfinite(everyone).sum()))).values[-1]
+    return (values * (values >= threshold)).sum()
