@@ -48,7 +48,11 @@ class _Net(nn.Module):
 
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         maps = self.head(torch.relu(self.norm(self.conv(images))))
-        return {"prob_logits": maps[:, 0], "thresh": maps[:, 1].sigmoid(), "binary_logits": maps[:, 2]}
+        return {
+            "prob_logits": maps[:, 0],
+            "thresh": maps[:, 1].sigmoid(),
+            "binary_logits": maps[:, 2],
+        }
 
 
 def _step(net: nn.Module, images: torch.Tensor, maps: dict, loss: DBLoss) -> torch.Tensor:

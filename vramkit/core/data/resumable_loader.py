@@ -40,8 +40,8 @@ class EpochOrder(DistributedSampler):
     starting at its rank, as ``DistributedSampler`` does: batch ``k`` of every process together
     is batch ``k`` of one process with a ``num_replicas`` times larger batch, with the same
     samples and the same augmentation (the sample seed does not depend on the process). Being a
-    ``DistributedSampler`` keeps Lightning from wrapping it in its own sampler
-    (``_requires_distributed_sampler`` in ``lightning/pytorch/trainer/connectors/data_connector.py``),
+    ``DistributedSampler`` keeps Lightning from wrapping it in its own sampler (see
+    ``_requires_distributed_sampler``, ``lightning/pytorch/trainer/connectors/data_connector.py``)
     whose second shuffle would give the processes another global batch than one process reads.
     An order that does not divide evenly is padded with its first samples, as there.
     """

@@ -2,8 +2,9 @@
 divides sums over the batch, BatchNorm statistics) is pooled over the global batch.
 
 Why gradients flow as they should: every process computes the same pooled value ``f(S)`` of the
-summed ``S = sum_r s_r``. The backward of ``torch.distributed.nn.functional.all_reduce`` (SUM)
-all-reduces the incoming gradient (``torch/distributed/nn/functional.py``, ``_AllReduce``), so
+summed ``S = sum_r s_r``. The backward of the sum all-reduces the incoming gradient (as
+``_AllReduce`` in ``torch/distributed/nn/functional.py`` does; that one warns that it is
+deprecated on every call, so the same two lines live here in :class:`_SumOverProcesses`), so
 process ``r`` receives ``P * df/dS`` for its ``s_r``; DDP then averages the parameter gradients
 over the ``P`` processes (``torch/nn/parallel/distributed.py``), which leaves
 ``sum_r ds_r/dθ * df/dS``: the gradient of one process computing ``f`` on the whole global batch.
@@ -15,7 +16,6 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.distributed.nn.functional import all_reduce
 
 
 def process_count() -> int:
@@ -29,7 +29,21 @@ def sum_over_processes(tensor: Tensor) -> Tensor:
     """``tensor`` summed over every process (same shape), differentiable as explained above."""
     if process_count() == 1:
         return tensor
-    return all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return _SumOverProcesses.apply(tensor)
+
+
+class _SumOverProcesses(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: object, tensor: Tensor) -> Tensor:
+        total = tensor.clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return total
+
+    @staticmethod
+    def backward(ctx: object, grad: Tensor) -> Tensor:
+        total = grad.clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return total
 
 
 def sum_of_largest_over_processes(values: Tensor, count: int) -> Tensor:

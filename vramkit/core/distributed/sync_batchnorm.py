@@ -24,7 +24,7 @@ from vramkit.core.distributed.process_sums import process_count, sum_over_proces
 class ProcessGroupBatchNorm(nn.SyncBatchNorm):
     """``nn.SyncBatchNorm`` whose CPU path synchronises over gloo instead of refusing."""
 
-    def forward(self, input: Tensor) -> Tensor:  # noqa: A002 (torch's parameter name)
+    def forward(self, input: Tensor) -> Tensor:
         """Normalise ``input`` (N, C, ...) with statistics of every process's batch in training."""
         if input.device.type != "cpu" or not self.training or process_count() == 1:
             return super().forward(input)
