@@ -51,20 +51,37 @@ def sum_of_largest_over_processes(values: Tensor, count: int) -> Tensor:
 
     The ``count`` largest of all processes are among each process's own ``count`` largest, so
     those (detached, padded with -inf to one length) are gathered to find the global
-    ``count``-th largest value ``t``; this process then sums its values ``>= t``. Summed over the
-    processes (:func:`sum_over_processes`) that is the global top-``count`` sum, exactly as
-    ``topk`` over the concatenated values would give it unless values tie with ``t``.
+    ``count``-th largest value; :func:`share_of_largest` does the rest.
     """
-    if count <= 0:
-        return values.sum() * 0.0
     processes = process_count()
-    if processes == 1:
-        return torch.topk(values, min(count, values.numel())).values.sum()
+    if count <= 0 or processes == 1:
+        own = torch.topk(values.detach(), min(max(count, 1), values.numel())).values
+        return share_of_largest(values, count, own[-1], across=False)
     own = torch.topk(values.detach(), min(count, values.numel())).values
     padded = torch.full((count,), float("-inf"), dtype=values.dtype, device=values.device)
     padded[: own.numel()] = own
     gathered = [torch.empty_like(padded) for _ in range(processes)]
     dist.all_gather(gathered, padded)
-    everyone = torch.cat(gathered)
-    threshold = torch.topk(everyone, min(count, int(torch.isfinite(everyone).sum()))).values[-1]
-    return (values * (values >= threshold)).sum()
+    threshold = torch.topk(torch.cat(gathered), count).values[-1]
+    return share_of_largest(values, count, threshold, across=True)
+
+
+def share_of_largest(
+    values: Tensor, count: int | Tensor, threshold: Tensor, *, across: bool
+) -> Tensor:
+    """The sum of the ``count`` largest ``values`` given the ``count``-th largest, ``threshold``;
+    with ``across``, this process's share of that sum over every process's ``values``.
+
+    Values tied with ``threshold`` share the places left after those above it, equally: the sum
+    is the one ``topk`` gives, and so is its gradient except that it is spread over every tied
+    value instead of going to the ones ``topk`` happens to pick. That pick depends on the device
+    and on how the values are split between processes; tie sharing does not, so one process and
+    several compute the same gradient. Ties are common: padding makes regions of identical pixels.
+    """
+    greater = values > threshold
+    tied = values == threshold
+    counts = torch.stack([greater.sum(), tied.sum()])
+    if across:
+        counts = sum_over_processes(counts)
+    places = (count - counts[0]).to(values.dtype) / counts[1].clamp(min=1).to(values.dtype)
+    return (values * greater).sum() + places * (values * tied).sum()

@@ -4,8 +4,8 @@ gloo) normalises over the global batch as ``trainer=ddp`` does on GPUs.
 ``torch.nn.SyncBatchNorm`` refuses CPU tensors in training ("SyncBatchNorm expected input tensor
 to be on GPU", ``torch/nn/modules/batchnorm.py``, ``SyncBatchNorm.forward``), and Lightning's
 ``sync_batchnorm=True`` converts to exactly that layer (``lightning/pytorch/plugins/layer_sync.py``,
-``TorchSyncBatchNorm``). :class:`ProcessGroupBatchNorm` keeps torch's layer for accelerator
-inputs and, for CPU inputs, computes the statistics from sums over the processes, two-pass as
+``TorchSyncBatchNorm``). :class:`ProcessGroupBatchNorm`, for CPU processes, computes the
+statistics from sums over the processes, two-pass as
 CPU ``batch_norm`` does (mean first, then the mean squared deviation from it), so the result
 differs from one process normalising the whole batch by float summation order only.
 """
@@ -15,18 +15,30 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from lightning.pytorch.plugins.layer_sync import TorchSyncBatchNorm
+from lightning.pytorch.plugins.layer_sync import LayerSync
 from torch import Tensor, nn
 
 from vramkit.core.distributed.process_sums import process_count, sum_over_processes
 
 
-class ProcessGroupBatchNorm(nn.SyncBatchNorm):
-    """``nn.SyncBatchNorm`` whose CPU path synchronises over gloo instead of refusing."""
+class ProcessGroupBatchNorm(nn.modules.batchnorm._BatchNorm):
+    """BatchNorm whose training statistics span every process of the default group (CPU/gloo).
+
+    Not an ``nn.SyncBatchNorm``: DDP refuses to wrap a CPU module holding one ("SyncBatchNorm
+    layers only work with GPU modules", ``_passing_sync_batchnorm_handle`` in
+    ``torch/nn/parallel/distributed.py``). ``original`` is the class it replaced, which
+    :func:`revert_batchnorm` restores.
+    """
+
+    original: type[nn.modules.batchnorm._BatchNorm] = nn.BatchNorm2d
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
 
     def forward(self, input: Tensor) -> Tensor:
         """Normalise ``input`` (N, C, ...) with statistics of every process's batch in training."""
-        if input.device.type != "cpu" or not self.training or process_count() == 1:
+        if not self.training or process_count() == 1:
             return super().forward(input)
         self._check_input_dim(input)
         factor = self._average_factor()
@@ -61,11 +73,25 @@ class ProcessGroupBatchNorm(nn.SyncBatchNorm):
 def convert_batchnorm(module: nn.Module) -> nn.Module:
     """``module`` with every BatchNorm layer replaced by a :class:`ProcessGroupBatchNorm` that
     shares its parameters and buffers (torch's ``convert_sync_batchnorm``, with this class)."""
+    return _swap_batchnorm(module, to_synced=True)
+
+
+def revert_batchnorm(module: nn.Module) -> nn.Module:
+    """The inverse of :func:`convert_batchnorm`: each layer becomes its original class again."""
+    return _swap_batchnorm(module, to_synced=False)
+
+
+def _swap_batchnorm(module: nn.Module, *, to_synced: bool) -> nn.Module:
     converted = module
-    if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(
-        module, ProcessGroupBatchNorm
-    ):
-        converted = ProcessGroupBatchNorm(
+    if to_synced:
+        swap = isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(
+            module, ProcessGroupBatchNorm
+        )
+    else:
+        swap = isinstance(module, ProcessGroupBatchNorm)
+    if swap:
+        target = ProcessGroupBatchNorm if to_synced else module.original
+        converted = target(
             module.num_features,
             module.eps,
             module.momentum,
@@ -79,20 +105,24 @@ def convert_batchnorm(module: nn.Module) -> nn.Module:
         converted.running_var = module.running_var
         converted.num_batches_tracked = module.num_batches_tracked
         converted.train(module.training)
+        if to_synced:
+            converted.original = type(module)
     for name, child in module.named_children():
-        converted.add_module(name, convert_batchnorm(child))
+        converted.add_module(name, _swap_batchnorm(child, to_synced=to_synced))
     return converted
 
 
-class CpuSyncBatchNorm(TorchSyncBatchNorm):
-    """Lightning's layer-sync plugin, converting to :class:`ProcessGroupBatchNorm`.
-
-    ``revert`` is Lightning's own: it recognises the layers as ``nn.SyncBatchNorm``.
-    """
+class CpuSyncBatchNorm(LayerSync):
+    """Lightning's layer-sync plugin (``lightning/pytorch/plugins/layer_sync.py``) for
+    :class:`ProcessGroupBatchNorm`."""
 
     def apply(self, model: nn.Module) -> nn.Module:
         """Every BatchNorm layer of ``model`` synchronised over the processes."""
         return convert_batchnorm(model)
+
+    def revert(self, model: nn.Module) -> nn.Module:
+        """Every synchronised layer of ``model`` back to its original BatchNorm class."""
+        return revert_batchnorm(model)
 
 
 def cpu_sync_batchnorm_arguments(trainer: Any, plugins: list[Any]) -> dict[str, Any]:

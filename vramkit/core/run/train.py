@@ -15,6 +15,7 @@ from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.core.config.monitored_metrics import check_monitored_metrics
 from vramkit.core.config.source import command_line_overrides
 from vramkit.core.config.trainer_schema import check_trainer
+from vramkit.core.distributed.rank_zero_logging import quiet_other_processes
 from vramkit.core.distributed.sync_batchnorm import cpu_sync_batchnorm_arguments
 from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.fit_to_budget import write_fit_decision
@@ -33,6 +34,7 @@ def train(cfg: DictConfig) -> float | None:
     Returns the value of ``cfg.optimized_metric`` for the best checkpoint (or the last epoch when
     no checkpoint ranks them), which is what a Hydra sweep optimises.
     """
+    quiet_other_processes()  # a DDP process of rank > 0 repeats rank 0's lines
     # Mistakes first, then hardware: a bad value, a misspelt key or a profile the machine cannot
     # honour must stop the run before any planning, data or model work.
     check_trainer(cfg.trainer)

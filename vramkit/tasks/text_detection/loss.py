@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from vramkit.core.distributed.process_sums import (
     process_count,
+    share_of_largest,
     sum_of_largest_over_processes,
     sum_over_processes,
 )
@@ -30,16 +31,22 @@ OUTPUT_KEYS = ("prob_logits", "thresh", "binary_logits")
 def sum_of_largest(values: Tensor, count: Tensor, *, sync_free: bool) -> Tensor:
     """Sum of the ``count`` largest entries of the 1-D ``values`` (``count`` a 0-d tensor).
 
-    ``sync_free=True`` keeps ``count`` on the device (a rank mask over a full sort), so an
-    accelerator never waits for the host; on a GPU the sort is cheap. ``sync_free=False`` reads
-    ``count`` and uses ``topk``, which on a CPU (where reading it costs nothing) is 2-10x faster
-    than sorting a whole batch of pixels. Both give the same value.
+    ``sync_free=True`` keeps ``count`` on the device (the ``count``-th value of a full sort), so
+    an accelerator never waits for the host; on a GPU the sort is cheap. ``sync_free=False``
+    reads ``count`` and uses ``topk``, which on a CPU (where reading it costs nothing) is 2-10x
+    faster than sorting a whole batch of pixels. Both give the same value; values tied at the
+    boundary share its places (:func:`~vramkit.core.distributed.process_sums.share_of_largest`),
+    as they do when several processes rank their pixels together.
     """
+    if values.numel() == 0:
+        return values.sum()
     if sync_free:
-        ranked, _ = torch.sort(values, descending=True)
-        rank = torch.arange(ranked.numel(), device=ranked.device, dtype=ranked.dtype)
-        return (ranked * (rank < count)).sum()
-    return torch.topk(values, min(int(count), values.numel())).values.sum()
+        ranked, _ = torch.sort(values.detach(), descending=True)
+        threshold = ranked[(count.long() - 1).clamp(0, ranked.numel() - 1)]
+    else:
+        count = min(int(count), values.numel())
+        threshold = torch.topk(values.detach(), max(count, 1)).values[-1]
+    return share_of_largest(values, count, threshold, across=False)
 
 
 def balanced_bce_with_logits(

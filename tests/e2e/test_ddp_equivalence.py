@@ -1,0 +1,160 @@
+"""``python train.py trainer=ddp_sim`` (two CPU processes over gloo) with batch B/2 per process
+ends with the weights of ``python train.py`` with batch B, for text detection (DBNet, BatchNorm
+synchronised) and for the text classifier; and its two processes print every line once.
+
+Why the runs can agree at all: each process reads every other sample of one seeded order
+(:class:`~vramkit.core.data.resumable_loader.EpochOrder`), so batch k of the two processes is
+batch k of the single process; a sample's augmentation is seeded by (run seed, epoch, index),
+not by the process; BatchNorm statistics and DBNet's batch-pooled loss terms are sums over both
+processes (:mod:`vramkit.core.distributed`). What is left is float arithmetic: a sum over B
+samples is computed as two partial sums over B/2 plus one gloo all-reduce, and DDP's gradient
+is (g0 + g1) / 2 where one process computes the mean over B directly. Both change float32
+rounding (~1e-7 relative per operation), nothing else.
+
+The runs step with plain SGD at a constant rate, so a weight's difference is the rounding of
+its gradients times the rate. AdamW, the configs' optimizer, would amplify rounding: its first
+updates are about ``lr * sign(g)``, so a gradient that is zero in exact arithmetic (the key
+bias of attention: softmax ignores a shift shared by every key) and 1e-9 of rounding noise in
+float32 moves its weight by ``±lr`` on one side and the other. With AdamW the same runs differ
+by up to 3e-5 (classifier, a key bias) and 7e-4 (DBNet, 4 warm-up steps): the optimizer's
+reading of noise, not a disagreement of the distributed computation, which this test checks.
+Tolerance 1e-6 against weights moving ~1e-2 per step: a process normalising only its own half
+(``trainer.sync_batchnorm=false``) misses it by orders of magnitude (README, distributed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+import vramkit
+
+REPO = Path(vramkit.__file__).resolve().parents[1]
+TOLERANCE = 1e-6  # see the module docstring: float32 reduction order over a few SGD steps
+COMMON = (
+    "+hw=cpu",
+    "trainer.max_time=null",
+    "trainer.max_epochs=1",
+    "data.num_workers=0",
+    # SGD at a constant rate: differences stay the size of float rounding (module docstring)
+    "model.optimizer._target_=torch.optim.SGD",
+    "model.optimizer.lr=0.05",
+    "model.optimizer.weight_decay=0",
+    "model.lr_schedule.warmup_steps=0",
+    "model.lr_schedule.decay=constant",
+)
+DETECTION = ("debug=smoke",)  # 16 images of 128 px: 4 steps at a global batch of 4
+CLASSIFIER = (
+    "task=text_classification",
+    "data.toy.num_train=32",  # 4 steps at a global batch of 8
+    "data.toy.num_val=8",
+    "batch_size_defaults.val=8",
+)
+_LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\]\[[^\]]*\]\[[A-Z]+\] - ")
+
+
+def _launch(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    command = [
+        sys.executable,
+        str(REPO / "train.py"),
+        *COMMON,
+        *overrides,
+        f"paths.data_dir={run_dir}/data",  # each run renders its own (identical) data
+        f"paths.log_dir={run_dir}/logs",
+        f"hydra.run.dir={run_dir}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    return subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _single_and_ddp(root: Path, overrides: tuple[str, ...], batch: int) -> dict[str, object]:
+    """Both runs at once (one process and two): folders and what each printed."""
+    runs = {
+        "single": _launch(root / "single", *overrides, f"batch_size_defaults.train={batch}"),
+        "ddp": _launch(
+            root / "ddp", *overrides, "trainer=ddp_sim", f"batch_size_defaults.train={batch // 2}"
+        ),
+    }
+    printed = {}
+    try:
+        for name, process in runs.items():
+            printed[name], _ = process.communicate(timeout=400)
+            assert process.returncode == 0, f"{name} run failed:\n{printed[name][-4000:]}"
+    finally:
+        for process in runs.values():
+            if process.poll() is None:
+                process.kill()
+    return {"root": root, **{f"{name}_output": text for name, text in printed.items()}}
+
+
+def _last_state(run_dir: Path) -> tuple[int, dict[str, torch.Tensor]]:
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    return checkpoint["global_step"], checkpoint["state_dict"]
+
+
+def _largest_difference(runs: dict[str, object]) -> tuple[int, float, str]:
+    steps, single = _last_state(runs["root"] / "single")
+    ddp_steps, ddp = _last_state(runs["root"] / "ddp")
+    assert steps == ddp_steps
+    assert single.keys() == ddp.keys()
+    difference, name = max(
+        ((single[key].double() - ddp[key].double()).abs().max().item(), key) for key in single
+    )
+    return steps, difference, name
+
+
+@pytest.fixture(scope="module")
+def detection_runs(tmp_path_factory) -> dict[str, object]:
+    return _single_and_ddp(tmp_path_factory.mktemp("detection"), DETECTION, batch=4)
+
+
+@pytest.fixture(scope="module")
+def classifier_runs(tmp_path_factory) -> dict[str, object]:
+    return _single_and_ddp(tmp_path_factory.mktemp("classifier"), CLASSIFIER, batch=8)
+
+
+@pytest.mark.slow
+def test_two_processes_train_dbnet_as_one_process_with_the_global_batch(detection_runs):
+    steps, difference, name = _largest_difference(detection_runs)
+    print(f"text detection: {steps} steps, max |Δw| = {difference:.3g} ({name})")
+    assert steps >= 3
+    # weights, BatchNorm running statistics and counters alike
+    assert difference <= TOLERANCE, f"max |Δw| {difference:.3g} at {name}"
+    ddp_config = (detection_runs["root"] / "ddp" / "resolved_config.yaml").read_text()
+    assert "sync_batchnorm: true" in ddp_config
+
+
+@pytest.mark.slow
+def test_two_processes_train_the_classifier_as_one_process_with_the_global_batch(
+    classifier_runs,
+):
+    steps, difference, name = _largest_difference(classifier_runs)
+    print(f"text classifier: {steps} steps, max |Δw| = {difference:.3g} ({name})")
+    assert steps >= 3
+    assert difference <= TOLERANCE, f"max |Δw| {difference:.3g} at {name}"
+
+
+def _lines(printed: str) -> Counter:
+    """Printed messages without their log prefix (time, logger, level); lines without a letter
+    or digit (blank lines, rules around Lightning's "distributed_backend=gloo" block) are
+    layout."""
+    lines = (_LOG_PREFIX.sub("", line).strip() for line in printed.splitlines())
+    return Counter(line for line in lines if any(c.isalnum() for c in line))
+
+
+@pytest.mark.slow
+def test_the_two_processes_print_every_line_once(detection_runs):
+    single, ddp = _lines(detection_runs["single_output"]), _lines(detection_runs["ddp_output"])
+    # a line a single process prints twice (a table rule, a logger's layout) may appear twice
+    repeated = {line: count for line, count in ddp.items() if count > max(1, single[line])}
+    assert not repeated, f"printed by both processes: {repeated}"
+    assert ddp["Hardware profile"] == 1  # the profile (rank 0 only), in the DDP run too
