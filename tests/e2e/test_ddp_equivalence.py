@@ -11,19 +11,29 @@ samples is computed as two partial sums over B/2 plus one gloo all-reduce, and D
 is (g0 + g1) / 2 where one process computes the mean over B directly. Both change float32
 rounding (~1e-7 relative per operation), nothing else.
 
-The runs step with plain SGD at a constant rate, so a weight's difference is the rounding of
-its gradients times the rate. AdamW, the configs' optimizer, would amplify rounding: its first
-updates are about ``lr * sign(g)``, so a gradient that is zero in exact arithmetic (the key
-bias of attention: softmax ignores a shift shared by every key) and 1e-9 of rounding noise in
-float32 moves its weight by ``±lr`` on one side and the other. With AdamW the same runs differ
-by up to 3e-5 (classifier, a key bias) and 7e-4 (DBNet, 4 warm-up steps): the optimizer's
-reading of noise, not a disagreement of the distributed computation, which this test checks.
-Tolerance 1e-6 against weights moving ~1e-2 per step: a process normalising only its own half
-(``trainer.sync_batchnorm=false``) misses it by orders of magnitude (README, distributed).
+The runs step with plain SGD at a constant rate (0.01) and, for DBNet, keep every negative
+pixel in the BCE term. Both choices remove a discontinuity that turns rounding into a visible
+difference without any disagreement of the distributed computation:
+
+- AdamW's first updates are about ``lr * sign(g)``: a gradient that is zero in exact arithmetic
+  (attention's key bias: softmax ignores a shift shared by every key) and 1e-9 of rounding noise
+  moves its weight by ``±lr``. With AdamW the same runs differ by 3e-5 (classifier) and 7e-4
+  (DBNet, 4 warm-up steps): the optimizer's reading of noise.
+- Hard-negative mining keeps the k largest pixel losses: two pixels whose losses differ by less
+  than rounding swap in or out, which moves one pixel's share of the gradient. Across
+  processes that selection is tested on one step with identical inputs
+  (``tests/core/distributed``); over several steps it amplifies rounding.
+
+What remains still grows from step to step (each gradient depends on the previous weights of a
+BatchNorm network): measured, the two runs' losses agree to 1e-7 at step 0 and ~6e-7 relative
+at step 3, weights differ by <= 1e-5 and running statistics by 2.5e-4 of their size. A run that
+normalises each process's half alone (``trainer.sync_batchnorm=false``) differs by 3.6e-5 in its
+first loss, 2.9e-4 in weights and 100% in running statistics: the tolerances below sit between.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import subprocess
@@ -37,20 +47,28 @@ import torch
 import vramkit
 
 REPO = Path(vramkit.__file__).resolve().parents[1]
-TOLERANCE = 1e-6  # see the module docstring: float32 reduction order over a few SGD steps
+# see the module docstring: float32 reduction order, grown over 4 SGD steps
+WEIGHT_TOLERANCE = 5e-5  # absolute, parameters
+STATISTICS_TOLERANCE = 2e-3  # BatchNorm running statistics, relative to each tensor's largest
+LOSS_TOLERANCE = 1e-5  # relative, train/loss of every step
 COMMON = (
     "+hw=cpu",
     "trainer.max_time=null",
     "trainer.max_epochs=1",
     "data.num_workers=0",
+    "trainer.log_every_n_steps=1",  # every step's loss is compared
     # SGD at a constant rate: differences stay the size of float rounding (module docstring)
     "model.optimizer._target_=torch.optim.SGD",
-    "model.optimizer.lr=0.05",
+    "model.optimizer.lr=0.01",
     "model.optimizer.weight_decay=0",
     "model.lr_schedule.warmup_steps=0",
     "model.lr_schedule.decay=constant",
 )
-DETECTION = ("debug=smoke",)  # 16 images of 128 px: 4 steps at a global batch of 4
+DETECTION = (
+    "debug=smoke",  # 16 images of 128 px: 4 steps at a global batch of 4
+    # every negative pixel, no hard-negative selection: see the module docstring
+    "model.loss.negative_ratio=1000000",
+)
 CLASSIFIER = (
     "task=text_classification",
     "data.toy.num_train=32",  # 4 steps at a global batch of 8
@@ -101,15 +119,38 @@ def _last_state(run_dir: Path) -> tuple[int, dict[str, torch.Tensor]]:
     return checkpoint["global_step"], checkpoint["state_dict"]
 
 
-def _largest_difference(runs: dict[str, object]) -> tuple[int, float, str]:
-    steps, single = _last_state(runs["root"] / "single")
-    ddp_steps, ddp = _last_state(runs["root"] / "ddp")
-    assert steps == ddp_steps
-    assert single.keys() == ddp.keys()
-    difference, name = max(
-        ((single[key].double() - ddp[key].double()).abs().max().item(), key) for key in single
-    )
-    return steps, difference, name
+def _step_losses(run_dir: Path) -> list[float]:
+    with (run_dir / "csv" / "version_0" / "metrics.csv").open() as table:
+        return [float(row["train/loss"]) for row in csv.DictReader(table) if row["train/loss"]]
+
+
+def _differences(runs: dict[str, object]) -> dict[str, object]:
+    """Steps, and the largest differences of the DDP run from the single-process one."""
+    root = runs["root"]
+    steps, single = _last_state(root / "single")
+    ddp_steps, ddp = _last_state(root / "ddp")
+    assert steps == ddp_steps and single.keys() == ddp.keys()
+    weights, statistics = (0.0, ""), (0.0, "")
+    for key in single:
+        difference = (single[key].double() - ddp[key].double()).abs().max().item()
+        if "running_" in key:
+            relative = difference / max(single[key].double().abs().max().item(), 1e-12)
+            statistics = max(statistics, (relative, key))
+        elif single[key].is_floating_point():
+            weights = max(weights, (difference, key))
+        else:  # counters
+            assert difference == 0, key
+    single_losses, ddp_losses = _step_losses(root / "single"), _step_losses(root / "ddp")
+    assert len(single_losses) == len(ddp_losses) == steps  # log_every_n_steps=1
+    losses = max(abs(a - b) / abs(a) for a, b in zip(single_losses, ddp_losses, strict=True))
+    return {"steps": steps, "weights": weights, "statistics": statistics, "losses": losses}
+
+
+def _check(differences: dict[str, object]) -> None:
+    assert differences["steps"] >= 3
+    assert differences["losses"] <= LOSS_TOLERANCE, differences
+    assert differences["weights"][0] <= WEIGHT_TOLERANCE, differences
+    assert differences["statistics"][0] <= STATISTICS_TOLERANCE, differences
 
 
 @pytest.fixture(scope="module")
@@ -124,11 +165,9 @@ def classifier_runs(tmp_path_factory) -> dict[str, object]:
 
 @pytest.mark.slow
 def test_two_processes_train_dbnet_as_one_process_with_the_global_batch(detection_runs):
-    steps, difference, name = _largest_difference(detection_runs)
-    print(f"text detection: {steps} steps, max |Δw| = {difference:.3g} ({name})")
-    assert steps >= 3
-    # weights, BatchNorm running statistics and counters alike
-    assert difference <= TOLERANCE, f"max |Δw| {difference:.3g} at {name}"
+    differences = _differences(detection_runs)
+    print(f"text detection, single vs ddp_sim: {differences}")
+    _check(differences)
     ddp_config = (detection_runs["root"] / "ddp" / "resolved_config.yaml").read_text()
     assert "sync_batchnorm: true" in ddp_config
 
@@ -137,10 +176,9 @@ def test_two_processes_train_dbnet_as_one_process_with_the_global_batch(detectio
 def test_two_processes_train_the_classifier_as_one_process_with_the_global_batch(
     classifier_runs,
 ):
-    steps, difference, name = _largest_difference(classifier_runs)
-    print(f"text classifier: {steps} steps, max |Δw| = {difference:.3g} ({name})")
-    assert steps >= 3
-    assert difference <= TOLERANCE, f"max |Δw| {difference:.3g} at {name}"
+    differences = _differences(classifier_runs)
+    print(f"text classifier, single vs ddp_sim: {differences}")
+    _check(differences)
 
 
 def _lines(printed: str) -> Counter:

@@ -15,7 +15,12 @@ import torch
 from torch import nn
 
 import vramkit
-from vramkit.core.distributed.sync_batchnorm import ProcessGroupBatchNorm, convert_batchnorm
+from vramkit.core.distributed.process_sums import share_of_largest
+from vramkit.core.distributed.sync_batchnorm import (
+    CpuSyncBatchNorm,
+    ProcessGroupBatchNorm,
+    convert_batchnorm,
+)
 
 WORKER = Path(__file__).with_name("gloo_worker.py")
 REPO = Path(vramkit.__file__).resolve().parents[1]
@@ -83,3 +88,19 @@ def test_one_process_normalises_as_plain_batchnorm():
     images = torch.randn(4, 2, 5, 5)
     torch.testing.assert_close(converted(images), plain(images))
     torch.testing.assert_close(converted[1].running_var, plain[1].running_var)
+
+
+def test_revert_gives_each_layer_its_class_back_with_the_same_parameters():
+    model = nn.Sequential(nn.Conv1d(2, 3, 1), nn.BatchNorm1d(3))
+    weight = model[1].weight
+    restored = CpuSyncBatchNorm().revert(CpuSyncBatchNorm().apply(model))
+    assert type(restored[1]) is nn.BatchNorm1d
+    assert restored[1].weight is weight
+
+
+def test_values_tied_at_the_boundary_share_its_places():
+    values = torch.tensor([3.0, 2.0, 2.0, 2.0, 1.0], requires_grad=True)
+    total = share_of_largest(values, 2, torch.tensor(2.0), across=False)
+    total.backward()
+    assert total.item() == 5.0  # what topk(values, 2) sums
+    torch.testing.assert_close(values.grad, torch.tensor([1.0, 1 / 3, 1 / 3, 1 / 3, 0.0]))
