@@ -124,8 +124,13 @@ def _step_losses(run_dir: Path) -> list[float]:
         return [float(row["train/loss"]) for row in csv.DictReader(table) if row["train/loss"]]
 
 
-def _differences(runs: dict[str, object]) -> dict[str, object]:
-    """Steps, and the largest differences of the DDP run from the single-process one."""
+def _differences(runs: dict[str, object], *, global_loss: bool) -> dict[str, object]:
+    """Steps, and the largest differences of the DDP run from the single-process one.
+
+    ``global_loss``: the logged ``train/loss`` is the global batch's on every process (DBNet's
+    pooled loss), so the two runs log the same values; the classifier's process 0 logs the mean
+    over its own half (without a per-step all-reduce just for the log), which is not compared.
+    """
     root = runs["root"]
     steps, single = _last_state(root / "single")
     ddp_steps, ddp = _last_state(root / "ddp")
@@ -142,7 +147,8 @@ def _differences(runs: dict[str, object]) -> dict[str, object]:
             assert difference == 0, key
     single_losses, ddp_losses = _step_losses(root / "single"), _step_losses(root / "ddp")
     assert len(single_losses) == len(ddp_losses) == steps  # log_every_n_steps=1
-    losses = max(abs(a - b) / abs(a) for a, b in zip(single_losses, ddp_losses, strict=True))
+    pairs = zip(single_losses, ddp_losses, strict=True) if global_loss else ()
+    losses = max((abs(a - b) / abs(a) for a, b in pairs), default=0.0)
     return {"steps": steps, "weights": weights, "statistics": statistics, "losses": losses}
 
 
@@ -165,7 +171,7 @@ def classifier_runs(tmp_path_factory) -> dict[str, object]:
 
 @pytest.mark.slow
 def test_two_processes_train_dbnet_as_one_process_with_the_global_batch(detection_runs):
-    differences = _differences(detection_runs)
+    differences = _differences(detection_runs, global_loss=True)
     print(f"text detection, single vs ddp_sim: {differences}")
     _check(differences)
     ddp_config = (detection_runs["root"] / "ddp" / "resolved_config.yaml").read_text()
@@ -176,7 +182,7 @@ def test_two_processes_train_dbnet_as_one_process_with_the_global_batch(detectio
 def test_two_processes_train_the_classifier_as_one_process_with_the_global_batch(
     classifier_runs,
 ):
-    differences = _differences(classifier_runs)
+    differences = _differences(classifier_runs, global_loss=False)
     print(f"text classifier, single vs ddp_sim: {differences}")
     _check(differences)
 
