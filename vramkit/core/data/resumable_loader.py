@@ -106,8 +106,10 @@ class ResumableDataLoader(DataLoader):
     """A ``DataLoader`` over an :class:`EpochOrder` whose position is saved with the checkpoint.
 
     Its ``__init__`` is DataLoader's own, so Lightning can re-create it with another sampler
-    (distributed training); with a sampler other than :class:`EpochOrder` its state is empty and
-    a resumed epoch starts from its first batch, as a plain DataLoader would.
+    (it does not for an :class:`EpochOrder`, which shards itself under DDP and keeps its
+    position there too); with a sampler other than :class:`EpochOrder` its state is empty and
+    a resumed epoch starts from its first batch, as a plain DataLoader would. A position is
+    counted in this process's share: resume with the number of processes that saved it.
     """
 
     _batches_done = 0  # batches handed out in the current pass
