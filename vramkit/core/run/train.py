@@ -71,6 +71,8 @@ def train(cfg: DictConfig) -> float | None:
 
 def _layer_sync(trainer: DictConfig) -> dict:
     # torch's SyncBatchNorm refuses CPU tensors: CPU processes (trainer=ddp_sim) get ours
+    if not cpu_sync_batchnorm_arguments(trainer, []):
+        return {}
     plugins = [instantiate(node) for node in trainer.get("plugins") or []]
     return cpu_sync_batchnorm_arguments(trainer, plugins)
 
