@@ -5,11 +5,14 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
+from vramkit.core.hardware.profile import ProfileSource, validate_profile
+from vramkit.core.planner.sharding import DDP, FSDP, SINGLE, ZERO2, ZERO2_OFFLOAD, ZERO3
+from vramkit.core.planner.task_plan import run_sharding
 from vramkit.core.run.compose import compose_config
 from vramkit.core.run.resolvers import register_resolvers
 
 STRATEGIES = {
-    "ddp": ("ddp", True),
+    "ddp": ("lightning.pytorch.strategies.DDPStrategy", True),
     "ddp_sim": ("ddp", True),
     "fsdp": ("lightning.pytorch.strategies.FSDPStrategy", True),
     "deepspeed_zero2": ("lightning.pytorch.strategies.DeepSpeedStrategy", None),
@@ -38,3 +41,43 @@ def test_each_strategy_composes_with_its_settings(name, tmp_path):
         assert trainer["plugins"], "every other strategy keeps the atomic checkpoint writes"
     if name == "ddp_sim":
         assert trainer["accelerator"] == "cpu" and trainer["devices"] == 2
+
+
+SHARDINGS = {
+    "default": DDP,  # Lightning's "auto" on several devices
+    "ddp": DDP,
+    "ddp_sim": DDP,
+    "fsdp": FSDP,
+    "deepspeed_zero2": ZERO2,
+    "deepspeed_zero2_offload": ZERO2_OFFLOAD,
+    "deepspeed_zero3": ZERO3,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHARDINGS))
+def test_the_planner_plans_each_strategy_per_device_of_its_world(name, tmp_path):
+    register_resolvers()
+    overrides = ["+hw=a100_40gb", f"trainer={name}", "hw.devices=4", "hw.num_nodes=2"]
+    cfg = compose_config("train", overrides, output_dir=tmp_path)
+    profile = validate_profile(
+        OmegaConf.to_container(cfg.hw), ProfileSource("conf/hw/a100_40gb.yaml")
+    )
+    sharding = run_sharding(cfg, profile)
+    assert sharding.strategy == SHARDINGS[name]
+    # ddp_sim states its own 2 processes per node; the others run on 4 GPUs × 2 nodes.
+    assert sharding.world_size == (2 * 2 if name == "ddp_sim" else 4 * 2)
+
+
+def test_one_device_with_the_default_trainer_is_the_trace_itself(tmp_path):
+    register_resolvers()
+    cfg = compose_config("train", ["+hw=a100_40gb"], output_dir=tmp_path)
+    profile = validate_profile(OmegaConf.to_container(cfg.hw), ProfileSource("a100_40gb"))
+    assert run_sharding(cfg, profile).strategy == SINGLE
+
+
+def test_num_nodes_flows_from_the_profile_to_the_trainer(tmp_path):
+    register_resolvers()
+    overrides = ["+hw=a100_40gb", "trainer=ddp", "hw.num_nodes=3", "hw.batch_size=8"]
+    overrides.append("hw.val_batch_size=8")  # explicit sizes: the preview plans nothing
+    cfg = compose_config("train", overrides, output_dir=tmp_path)
+    assert cfg.trainer.num_nodes == 3

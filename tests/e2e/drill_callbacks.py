@@ -22,6 +22,19 @@ class SignalSelf(L.Callback):
             os.kill(os.getpid(), self.signum)
 
 
+class SignalAtStep(L.Callback):
+    """Sends signal ``signum`` to its own process at the end of the batch that makes step
+    ``step``, and only there: a requeued run resumed past that step never sends it again, as a
+    cluster preempts a job once."""
+
+    def __init__(self, signum: int, step: int) -> None:
+        self.signum, self.step = signum, step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
 class FillDisk(L.Callback):
     """Makes the disk report no free space once training reaches step ``step`` (every
     ``shutil.disk_usage`` answers 0 free from then on, until the run ends), as when

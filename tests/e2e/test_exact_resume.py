@@ -22,6 +22,7 @@ import lightning as L
 import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
+from tiny_runs import TINY_ARC, flat_tensors
 
 from vramkit.core.run import compose
 from vramkit.core.run.train import train
@@ -87,8 +88,8 @@ def _differences(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
         if actual[key] != expected[key]
     ]
     for part in ("weights", "optimizer"):
-        flat_expected = _flatten(expected[part])
-        flat_actual = _flatten(actual[part])
+        flat_expected = flat_tensors(expected[part])
+        flat_actual = flat_tensors(actual[part])
         assert flat_expected.keys() == flat_actual.keys()
         problems += [
             f"{part} {name}: max |diff| "
@@ -97,16 +98,6 @@ def _differences(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
             if not torch.equal(tensor, flat_actual[name])
         ]
     return problems
-
-
-def _flatten(tree: dict[Any, Any], prefix: str = "") -> dict[str, torch.Tensor]:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        elif isinstance(value, torch.Tensor):
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def _run_killed(cfg: DictConfig, kill_at: tuple[str, int, int]) -> int | None:
@@ -178,6 +169,58 @@ def test_a_run_killed_anywhere_resumes_to_the_same_weights(
     problems = _differences(uninterrupted, _final_state(run_dir))
     assert not problems, (
         f"killed at {kill_at} (step {killed_at['global_step']}) with {workers} workers, "
+        f"the resumed run differs from the uninterrupted one in {len(problems)} values: "
+        + "; ".join(problems[:8])
+    )
+
+
+# The SAGE teacher: length-bucketed batches (a batch sampler, not a sample order) of examples
+# augmented at every access; 12 examples in batches of 2 per epoch.
+SAGE_TINY = (
+    "task=arc_teacher",
+    "+hw=cpu",
+    "hw.batch_size=2",
+    "hw.val_batch_size=2",
+    *TINY_ARC,
+    "logger=csv",
+    f"trainer.max_epochs={EPOCHS}",
+    "trainer.max_time=null",
+    "callbacks.last_checkpoint.every_n_train_steps=1",
+    "callbacks.progress_bar.refresh_rate=0",
+)
+SAGE_TRAIN_BATCHES = 6
+SAGE_MID_EPOCH = (
+    "train_batch_end",
+    random.Random(2025).randrange(EPOCHS),
+    random.Random(2026).randrange(1, SAGE_TRAIN_BATCHES),
+)
+
+
+def _sage_config(run_dir: Path, *overrides: str) -> DictConfig:
+    cfg = compose.compose_config("train", [*SAGE_TINY, *overrides], output_dir=run_dir)
+    with open_dict(cfg):
+        cfg.paths.log_dir = str(run_dir.parent / "logs")
+    return cfg
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_sage_run_killed_mid_epoch_resumes_to_the_same_weights(workers, tmp_path):
+    workers_override = f"hw.num_workers={workers}"
+    straight_dir, run_dir = tmp_path / "straight", tmp_path / "run"
+    try:
+        train(_sage_config(straight_dir, workers_override))
+        exit_code = _run_killed(_sage_config(run_dir, workers_override), SAGE_MID_EPOCH)
+        assert exit_code == -signal.SIGKILL, f"the drill did not kill the run at {SAGE_MID_EPOCH}"
+        killed_at = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+        assert killed_at["global_step"] % SAGE_TRAIN_BATCHES != 0, "killed at an epoch boundary"
+        last = run_dir / "checkpoints" / "last.ckpt"
+        train(_sage_config(run_dir, workers_override, f"ckpt_path={last}"))
+    finally:
+        compose.forget_composition()
+    problems = _differences(_final_state(straight_dir), _final_state(run_dir))
+    assert not problems, (
+        f"killed at {SAGE_MID_EPOCH} (step {killed_at['global_step']}) with {workers} workers, "
         f"the resumed run differs from the uninterrupted one in {len(problems)} values: "
         + "; ".join(problems[:8])
     )

@@ -19,6 +19,7 @@ import lightning as L
 import pytest
 import torch
 from omegaconf import DictConfig, open_dict
+from tiny_runs import TINY_ARC_ON_CPU
 from torch import nn
 
 from vramkit.core.config.instantiate import instantiate
@@ -34,18 +35,7 @@ from vramkit.tasks.sage.teacher_checkpoint import TEACHER_NETWORK_KEY
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
-TINY = (
-    "+hw=cpu",
-    "hw.num_workers=0",
-    "hw.batch_size=4",
-    "hw.val_batch_size=4",
-    "data.limit_tasks=2",
-    "data.max_demos=1",
-    "model.net.d_model=16",
-    "model.net.num_layers=1",
-    "model.net.num_heads=2",
-    "model.net.ffn_dim=32",
-)
+TINY = TINY_ARC_ON_CPU
 STUDENT = ("task=sage_distill", *TINY, "teacher.views=2", "model.report.repeats=1")
 
 

@@ -5,22 +5,11 @@ from __future__ import annotations
 import logging
 
 import pytest
+from tiny_runs import TINY_ARC_ON_CPU
 
 from vramkit.core.run.train import train
 
-TINY = (
-    "task=arc_teacher",
-    "+hw=cpu",
-    "hw.num_workers=0",
-    "hw.batch_size=4",
-    "hw.val_batch_size=4",
-    "data.limit_tasks=2",
-    "data.max_demos=1",
-    "model.net.d_model=16",
-    "model.net.num_layers=1",
-    "model.net.num_heads=2",
-    "model.net.ffn_dim=32",
-)
+TINY = ("task=arc_teacher", *TINY_ARC_ON_CPU)
 
 
 @pytest.mark.slow

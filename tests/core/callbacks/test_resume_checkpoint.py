@@ -164,3 +164,55 @@ def test_a_slurm_requeue_handler_keeps_sigusr1(tmp_path, monkeypatch):
 def test_bad_settings_name_their_key(arguments: dict, key: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=f"last_checkpoint.{key}"):
         ResumeCheckpoint(dirpath=str(tmp_path), **arguments)
+
+
+class _Launcher:
+    """A stand-in for hydra-submitit-launcher's launcher: resubmits itself with its arguments,
+    as its ``checkpoint`` does (``submitit.helpers.DelayedSubmission(self, *args)``)."""
+
+    def __call__(self, overrides: list[str]) -> None:
+        raise AssertionError("the requeued job is not run in this test")
+
+    def checkpoint(self, *args: object) -> object:
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args)
+
+
+def test_submitits_signal_saves_at_the_next_step_then_submitit_requeues(
+    uninterrupted, tmp_path, monkeypatch
+):
+    """submitit's own signal handler (a local job's environment) runs only once last.ckpt holds
+    the next step: it resubmits the job and ends the process with the requeue status 144."""
+    from submitit.core.job_environment import JobEnvironment
+    from submitit.core.utils import DelayedSubmission, JobPaths
+    from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE
+
+    final, _ = uninterrupted
+    for key, value in {
+        "SUBMITIT_EXECUTOR": "local",
+        "SUBMITIT_FOLDER": str(tmp_path / "submitit"),
+        "SUBMITIT_LOCAL_JOB_ID": "77",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SUBMITIT_PREEMPT_SIGNAL", raising=False)
+    paths = JobPaths(tmp_path / "submitit", job_id="77", task_id=0)
+    paths.folder.mkdir(parents=True)
+    delayed = DelayedSubmission(_Launcher(), ["seed=1"])
+    delayed.set_timeout(60, 3)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGCONT, signal.SIGUSR2)}
+    try:
+        JobEnvironment()._handle_signals(paths, delayed)  # what submitit does at a job's start
+        with pytest.raises(SystemExit) as requeued:
+            fit(tmp_path, every_n_train_steps=None, callbacks=[SignalSelf(signal.SIGUSR2, step=2)])
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+    assert requeued.value.code == LOCAL_REQUEUE_RETURN_CODE
+    assert not isinstance(requeued.value, RunStopped), "submitit ended the job, not vramkit"
+    resubmitted = DelayedSubmission.load(paths.submitted_pickle)
+    assert resubmitted.args == (["seed=1"],) and resubmitted._timeout_countdown == 3
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 2, "the stop's step, saved before submitit's handler ran"
+    _, resumed = fit(tmp_path / "resumed", ckpt_path=tmp_path / "last.ckpt")
+    assert same(weights(resumed), final)

@@ -1,4 +1,5 @@
-"""Stop signals are recorded, not obeyed on the spot; Ctrl-C twice quits; SLURM keeps SIGUSR1."""
+"""Stop signals are recorded, not obeyed on the spot; Ctrl-C twice quits; SLURM keeps SIGUSR1;
+submitit's preemption signal is handed to submitit once the run has saved."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import signal
 
 import pytest
 
-from vramkit.core.callbacks.stop_signals import RunStopped, StopSignals, parse_signals
+from vramkit.core.callbacks.stop_signals import (
+    RunStopped,
+    StopSignals,
+    parse_signals,
+    submitit_preempt_signal,
+)
 
 
 @pytest.fixture
@@ -60,3 +66,51 @@ def test_the_exit_status_is_128_plus_the_signal():
 def test_an_unknown_signal_name_is_refused_with_the_known_ones():
     with pytest.raises(ValueError, match=r"SIGTREM.*SIGTERM"):
         parse_signals(["SIGTREM"])
+
+
+def test_submitits_preemption_signal_is_usr2_unless_it_names_another():
+    assert submitit_preempt_signal({}) is None, "not a submitit job"
+    assert submitit_preempt_signal({"SUBMITIT_EXECUTOR": "slurm"}) == signal.SIGUSR2
+    job = {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_PREEMPT_SIGNAL": "USR1"}
+    assert submitit_preempt_signal(job) == signal.SIGUSR1
+
+
+def test_a_handed_over_signal_runs_its_previous_handler_only_when_asked():
+    """submitit's checkpoint-and-requeue handler waits for the step boundary, then runs."""
+    calls = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
+    stop = StopSignals(parse_signals(["SIGTERM"]), hand_over=(signal.SIGUSR2,))
+    try:
+        assert set(stop.install()) == {signal.SIGTERM, signal.SIGUSR2}
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert stop.received == signal.SIGUSR2 and calls == [], "nothing happens mid-step"
+        stop.hand_over()
+        assert calls == [signal.SIGUSR2]
+    finally:
+        stop.uninstall()
+        signal.signal(signal.SIGUSR2, previous)
+
+
+def test_a_signal_that_is_not_handed_over_keeps_its_previous_handler_unused():
+    calls = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
+    stop = StopSignals(parse_signals(["SIGTERM"]), hand_over=(signal.SIGUSR2,))
+    try:
+        stop.install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        stop.hand_over()
+        assert stop.received == signal.SIGTERM and calls == []
+    finally:
+        stop.uninstall()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_submitit_and_lightning_requeue_on_different_signals(tmp_path):
+    """Only submitit requeues a job of hydra/launcher=slurm: its sbatch asks SLURM for SIGUSR2,
+    and Lightning's SLURM auto-requeue listens for SIGUSR1 (its handler never runs)."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    sbatch = _make_sbatch_string(command="python x.py", folder=tmp_path, signal_delay_s=120)
+    assert "#SBATCH --signal=USR2@120" in sbatch
+    assert SLURMEnvironment().requeue_signal == signal.SIGUSR1

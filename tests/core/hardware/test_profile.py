@@ -157,6 +157,7 @@ def test_wrong_type_names_the_key_and_the_expected_type(key, value, expected):
         ({"num_workers": -1}, "num_workers", "≥ 0"),
         ({"accelerator": "tpu"}, "accelerator", "is not one of gpu, cpu"),
         ({"devices": 0}, "devices", "≥ 1"),
+        ({"num_nodes": 0}, "num_nodes", "≥ 1"),
         ({"compute_capability": "7"}, "compute_capability", "major.minor"),
         ({"device_pattern": "(T4"}, "device_pattern", "not a valid regex"),
         ({"accumulate_grad_batches": 0}, "accumulate_grad_batches", "≥ 1"),
@@ -174,6 +175,22 @@ def test_impossible_values_name_the_key_and_the_file(changes, key, fragment):
     assert fragment in message
     assert "conf/hw/t4.yaml" in message
     assert caught.value.keys == (key,)
+
+
+def test_a_cpu_profile_refuses_several_nodes_naming_the_key_and_the_file():
+    with pytest.raises(ProfileError) as caught:
+        validate_profile({**_raw("cpu"), "num_nodes": 2}, ProfileSource("conf/hw/cpu.yaml"))
+    message = str(caught.value)
+    assert "hw.num_nodes: a CPU profile runs on one machine, got 2" in message
+    assert "conf/hw/cpu.yaml" in message
+    assert caught.value.keys == ("num_nodes",)
+
+
+def test_the_world_size_and_global_batch_count_every_node():
+    t4 = validate_profile(_t4_with(devices=4, num_nodes=2, batch_size=8), T4_SOURCE)
+    assert t4.world_size == 8
+    assert "(effective batch 64)" in describe_profile(t4)  # 8 × 4 devices × 2 nodes × 1
+    assert "4× GPU × 2 nodes" in describe_profile(t4)
 
 
 def test_all_problems_are_reported_together():

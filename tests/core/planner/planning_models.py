@@ -52,6 +52,47 @@ class TinyConvClassifier(L.LightningModule):
         return self.optimizer_factory(params=self.parameters())
 
 
+class PatchEmbeddingEncoder(L.LightningModule):
+    """ViT-like: one stride-`patch` convolution cuts the image into patch tokens, then a
+    transformer encoder layer and a classifier over the mean token."""
+
+    def __init__(self, optimizer: Any, patch: int = 16, width: int = 192, heads: int = 3) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(3, width, patch, stride=patch)
+        self.encoder = nn.TransformerEncoderLayer(width, heads, 4 * width, batch_first=True)
+        self.head = nn.Linear(width, CLASSES)
+        self.optimizer_factory = optimizer
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        tokens = self.embed(images).flatten(2).transpose(1, 2)
+        return self.head(self.encoder(tokens).mean(dim=1))
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        return F.cross_entropy(self(batch["image"]), batch["label"])
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self(batch["image"]).argmax(dim=1)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.optimizer_factory(params=self.parameters())
+
+
+class WideKernelConv(L.LightningModule):
+    """One 7x7 convolution from many channels to few: its cuDNN workspace bound (49 taps per
+    input channel, per output position) dwarfs its activations, so the step peaks inside it."""
+
+    def __init__(self, optimizer: Any, channels: int = 32, out_channels: int = 4) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, out_channels, 7, padding=3)
+        self.optimizer_factory = optimizer
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        return self.conv(batch["image"]).square().mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.optimizer_factory(params=self.parameters())
+
+
 class _RandomImages(Dataset):
     def __init__(self, length: int) -> None:
         self.length = length

@@ -71,6 +71,17 @@ def test_a_micro_batch_with_accumulation_keeps_the_effective_batch(small_t4_plan
     assert plan.planner.measure(TRAIN, train, accumulating).peak <= plan.budget_bytes
 
 
+def test_a_global_target_batch_is_shared_by_every_process(small_t4_plan):
+    cfg, _, _ = small_t4_plan
+    four = validate_profile(
+        t4_values(memory_gib=SMALL_T4_GIB, devices=2, num_nodes=2, target_effective_batch=4096),
+        ProfileSource("conf/hw/t4.yaml"),
+    )
+    train, _, accumulate, lines = resolve_auto_batch_sizes(cfg, four)  # planned per device (DDP)
+    assert train * accumulate == 1024  # per device: 4096 over 2 devices × 2 nodes
+    assert any("(hw.target_effective_batch / 4 processes)" in line for line in lines)
+
+
 def test_resolve_hardware_hands_the_planned_sizes_to_the_trainer_and_data(caplog):
     cfg = task_config(CONV_MODEL, IMAGE_DATA, t4_values(memory_gib=SMALL_T4_GIB), (16, 16))
     cfg.trainer.accumulate_grad_batches = "${hw.accumulate_grad_batches}"

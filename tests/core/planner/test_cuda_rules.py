@@ -43,19 +43,18 @@ def test_the_op_lists_are_the_installed_torch_cuda_autocast_lists():
 def test_overhead_is_context_plus_what_the_allocator_reserves_beyond_the_peak():
     # A 100 MiB tensor freed, then a 120 MiB one that cannot reuse its block: both segments stay
     # reserved; the two 8.1 MiB cuBLAS workspaces share one 20 MiB segment (the second fits in
-    # the split-off rest of the first); the cuDNN allowance takes its own.
+    # the split-off rest of the first). cuDNN's convolution workspaces are not an allowance
+    # here: the trace charges each at its op (test_op_rules.py, cuDNN convolution workspace).
     events = [(0, 100 * MIB), (0, 0), (1, 120 * MIB)]
     allocated = 120 * MIB
-    overhead = T4.overhead_bytes(allocated, events, backward=True, convolutions=True)
-    reserved = 100 * MIB + 120 * MIB + 20 * MIB + 128 * MIB
+    overhead = T4.overhead_bytes(allocated, events, backward=True)
+    reserved = 100 * MIB + 120 * MIB + 20 * MIB
     assert overhead == T4.cuda_context_bytes() + reserved - allocated
     # A pattern the allocator packs tightly still gets the measured floor of 1.12.
-    packed = T4.overhead_bytes(GIB, [(0, GIB)], backward=False, convolutions=False)
-    workspace = T4.workspace_bytes(backward=False, convolutions=False)
+    packed = T4.overhead_bytes(GIB, [(0, GIB)], backward=False)
+    workspace = T4.workspace_bytes(backward=False)
     assert packed == T4.cuda_context_bytes() + round(1.12 * (GIB + workspace)) - GIB
-    assert T4.workspace_bytes(backward=True, convolutions=True) > T4.workspace_bytes(
-        backward=False, convolutions=False
-    )
+    assert T4.workspace_bytes(backward=True) == 2 * T4.workspace_bytes(backward=False)
 
 
 @pytest.mark.parametrize(
@@ -161,8 +160,8 @@ def test_the_cuda_context_follows_module_loading(monkeypatch):
     assert lazy.cuda_context_bytes() == round(0.60 * GIB)
     assert eager.cuda_context_bytes() == 1343 * 2**20
     assert (
-        eager.overhead_bytes(GIB, [(0, GIB)], backward=True, convolutions=False)
-        - lazy.overhead_bytes(GIB, [(0, GIB)], backward=True, convolutions=False)
+        eager.overhead_bytes(GIB, [(0, GIB)], backward=True)
+        - lazy.overhead_bytes(GIB, [(0, GIB)], backward=True)
         == eager.cuda_context_bytes() - lazy.cuda_context_bytes()
     )
 

@@ -28,6 +28,7 @@ from vramkit.core.planner.op_rules import (
     CudaKernels,
     cublas_workspace_bytes,
     cublaslt_extra_workspace_bytes,
+    cudnn_convolution_workspace_bytes,
     embedding_backward_buffers,
 )
 from vramkit.core.planner.optimizer_layouts import host_state_tensors, use_cuda_defaults
@@ -52,7 +53,8 @@ class OpMemory:
     saved: int
     """Bytes live after the forward beyond the inputs and the output."""
     forward_peak: int
-    """Most bytes above the inputs during the forward (the output included)."""
+    """Most bytes above the inputs during the forward (the output included; with a
+    convolution's cuDNN workspace, as `max_memory_allocated` reads it)."""
     backward_peak: int
     """Most bytes above what was live when backward began (gradients included)."""
     saved_tensors: tuple[tuple[tuple[int, ...], torch.dtype], ...]
@@ -95,13 +97,13 @@ def measure(
             hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
             with hooks, semantics.forward_region():
                 output = op(*inputs)
-            forward_peak = recorder.peak.bytes - base
+            forward_peak = recorder.peak_with_workspaces.bytes - base
             saved = recorder.current - base - round_allocation(output.untyped_storage().nbytes())
             gradient = torch.ones_like(output)
             recorder.reset_peak()
             before = recorder.current
             output.backward(gradient)
-            backward_peak = recorder.peak.bytes - before
+            backward_peak = recorder.peak_with_workspaces.bytes - before
         recorder.close()
     return OpMemory(saved, forward_peak, backward_peak, tuple(saved_tensors))
 
@@ -146,15 +148,72 @@ def test_batched_matmul_saves_views_of_its_inputs():
 # --- convolution ---------------------------------------------------------------------------------
 
 
+def lowering(batch, positions, channels, kernel, dtype=F32):
+    """The explicit-GEMM lowering of a convolution (bytes): the cuDNN workspace bound."""
+    return batch * math.prod(positions) * channels * math.prod(kernel) * dtype.itemsize
+
+
 def test_convolution_saves_its_input_and_weight():
     # derivatives.yaml, convolution: input and weight saved for convolution_backward, on every
-    # backend; cuDNN's workspace is a per-call temporary chosen by its heuristics (docs table).
+    # backend. Conv_v8.cpp (`run_conv_plan`): the workspace is taken and given back within the
+    # call, so nothing of it is saved; it shows only in the op's own peak.
     memory = measure(
         lambda: (leaf(8, 16, 32, 32), leaf(32, 16, 3, 3), leaf(32)),
         lambda x, w, b: F.conv2d(x, w, b, padding=1),
     )
     assert memory.saved == 0
-    assert memory.forward_peak == block((8, 32, 32, 32), F32)
+    workspace = block((lowering(8, (32, 32), 16, (3, 3)),), torch.uint8)
+    assert memory.forward_peak == block((8, 32, 32, 32), F32) + workspace
+
+
+def test_the_cudnn_workspace_is_the_lowering_of_the_convolution_in_its_direction():
+    # One row per output position, one column per weight tap, in the op's dtype: a stride-2
+    # 3x3 conv of [4, 8, 20, 20] has 10x10 outputs, 8 x 9 taps; fp16 under autocast halves it.
+    # Backward (data, then filter) holds the same lowering once more, beside the gradients.
+    build = lambda: (leaf(4, 8, 20, 20), leaf(16, 8, 3, 3), leaf(16))  # noqa: E731
+    op = lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1)  # noqa: E731
+    fp32 = measure(build, op)
+    fp16 = measure(build, op, precision="16-mixed")
+    assert fp32.forward_peak == block((4, 16, 10, 10), F32) + lowering(4, (10, 10), 8, (3, 3))
+    assert fp16.forward_peak - block((4, 16, 10, 10), F16) - block((16, 8, 3, 3), F16) - block(
+        (4, 8, 20, 20), F16
+    ) - block((16,), F16) == block((lowering(4, (10, 10), 8, (3, 3), F16),), torch.uint8)
+    gradients = block((4, 8, 20, 20), F32) + block((16, 8, 3, 3), F32) + block((16,), F32)
+    assert fp32.backward_peak >= gradients + lowering(4, (10, 10), 8, (3, 3))
+
+
+def test_a_transposed_convolution_lowers_over_its_input_positions():
+    # A transposed convolution runs cuDNN's backward-data: rows are the positions of its input,
+    # columns its output channels (weight [in, out/groups, k...] x groups) times the taps.
+    memory = measure(
+        lambda: (leaf(2, 16, 8, 8), leaf(16, 4, 2, 2)),
+        lambda x, w: F.conv_transpose2d(x, w, stride=2, groups=2),
+    )
+    output = block((2, 8, 16, 16), F32)
+    assert memory.forward_peak == output + lowering(2, (8, 8), 4 * 2, (2, 2))
+
+
+def test_the_cudnn_workspace_respects_its_cap_variable(monkeypatch):
+    # CUDNN_CONV_WSCAP_DBG (MiB; PyTorch docs, cuda_environment_variables.rst): cuDNN offers no
+    # engine whose workspace is larger.
+    args = {"batch": 64, "channels_per_group": 64, "groups": 1, "kernel_size": (3, 3)}
+    free = cudnn_convolution_workspace_bytes(**args, positions=(56, 56), itemsize=2, environ={})
+    assert free == 64 * 56 * 56 * 64 * 9 * 2
+    capped = cudnn_convolution_workspace_bytes(
+        **args, positions=(56, 56), itemsize=2, environ={"CUDNN_CONV_WSCAP_DBG": "64"}
+    )
+    assert capped == 64 * 2**20
+
+
+def test_a_patch_embedding_workspace_is_its_input_not_a_flat_allowance():
+    # ViT's stride-16 16x16 patch conv: the lowering is the image itself (each pixel in one
+    # patch), 0.6 MB for one 224x224 image, not the 128 MiB the planner used to add.
+    memory = measure(
+        lambda: (leaf(1, 3, 224, 224), leaf(768, 3, 16, 16), leaf(768)),
+        lambda x, w, b: F.conv2d(x, w, b, stride=16),
+    )
+    image = 3 * 224 * 224 * 4
+    assert memory.forward_peak == block((1, 768, 14, 14), F32) + block((image,), torch.uint8)
 
 
 # --- normalization --------------------------------------------------------------------------------
@@ -491,7 +550,7 @@ def test_foreach_adamw_holds_one_parameter_sized_list_in_its_step():
     # exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs), alive through the update.
     memory = optimizer_steps(lambda p: torch.optim.AdamW(p, lr=1e-3))
     assert memory.temporaries == parameter_blocks()
-    assert memory.state - memory.host == 2 * parameter_blocks()  # exp_avg, exp_avg_sq
+    assert memory.state == 2 * parameter_blocks()  # exp_avg, exp_avg_sq; the steps on the host
 
 
 def test_fused_adamw_updates_in_place_with_device_step_counters():
@@ -514,14 +573,36 @@ def test_foreach_sgd_with_momentum_adds_a_list_only_for_weight_decay(weight_deca
     assert memory.temporaries == lists * parameter_blocks()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs wiring: fake_trace._register_optimizer_state (and the recorder) must leave "
-    "out optimizer_layouts.host_state_tensors, the step counters a foreach group keeps on the host",
-)
 def test_foreach_step_counters_are_not_device_memory():
+    # torch/optim/adam.py (`_init_group`): without `capturable` or `fused`, state["step"] is
+    # `torch.tensor(0.0, dtype=_get_scalar_dtype())`, a CPU tensor; the recorder leaves it out
+    # after each optimizer step (`FakeStepRecorder`, `host_state_tensors`).
     memory = optimizer_steps(lambda p: torch.optim.AdamW(p, lr=1e-3))
+    assert memory.host == len(PARAMETER_SIZES) * block((), F32)
     assert memory.state == 2 * parameter_blocks()
+
+
+@pytest.mark.parametrize(("flags", "on_host"), [({}, True), ({"capturable": True}, False)])
+def test_the_recorder_leaves_out_only_host_step_counters(flags, on_host):
+    # A capturable AdamW cannot step on a CPU build (adam.py asserts CUDA parameters), so its
+    # state is laid out as `_init_group` makes it, and a step without gradients (which updates
+    # nothing) runs the optimizer's post-step hooks, where the recorder leaves out the host ones.
+    with FakeTensorMode():
+        param = torch.nn.Parameter(torch.zeros(1 << 12))
+        optimizer = torch.optim.AdamW([param], lr=1e-3, **flags)
+        recorder = FakeStepRecorder(scalar_stand_in=1, round_to_device=True, keep_timeline=False)
+        with recorder:
+            before = recorder.current
+            optimizer.state[param] = {
+                "step": torch.zeros(()),
+                "exp_avg": torch.zeros_like(param),
+                "exp_avg_sq": torch.zeros_like(param),
+            }
+            optimizer.step()
+            state = recorder.current - before
+        recorder.close()
+    counter = 0 if on_host else block((), F32)
+    assert state == 2 * block((1 << 12,), F32) + counter
 
 
 def scaler_step():

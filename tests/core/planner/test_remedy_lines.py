@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.remedies import candidate_changes, combined
 from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.sharding import DDP, Sharding
 from vramkit.core.run.compose import CONF_DIR, compose_config
 from vramkit.core.run.resolvers import register_resolvers
 
@@ -21,7 +22,8 @@ def _example_changes(tmp_path):
     register_resolvers()
     cfg = compose_config("train", EXAMPLE, output_dir=tmp_path)
     profile = types.SimpleNamespace(bf16=True)  # the laptop GPU has bf16 (conf/hw/rtx4090_laptop)
-    setup = RunSetup(precision="16-mixed", device=None, devices=2)  # devices=2: the ZeRO-2 line too
+    # Two GPUs under DDP: the "ZeRO-2 across 2 GPUs" line too.
+    setup = RunSetup(precision="16-mixed", device=None, devices=2, sharding=Sharding(DDP, 2))
     planner = types.SimpleNamespace(model_cfg=cfg.model, eight_bit_configured=False)
     singles = candidate_changes(profile, setup, planner)
     pairs = [
@@ -38,7 +40,7 @@ def test_the_example_offers_every_kind_of_remedy(tmp_path):
     names = {change.name for change in changes}
     assert {"gradient checkpointing", "8-bit AdamW", "bf16-true", "CPU activation offload"} <= names
     assert {"LoRA r=16", "QLoRA r=16, 4-bit base"} <= names
-    assert any(name.startswith("DeepSpeed ZeRO-2") for name in names)
+    assert {"DeepSpeed ZeRO-2, CPU offload", "DeepSpeed ZeRO-2 across 2 GPUs"} <= names
     assert "gradient checkpointing + 8-bit AdamW" in names
     for change in changes:  # LoRA changes what is trained: it waits for the user's consent
         assert ("lora" in change.needs_consent.split(",")) == ("LoRA" in change.name), change.name

@@ -64,8 +64,10 @@ def real_and_fake(model_cfg, batch, trace):
     with cuda_semantics(CPU_SETUP) as (semantics, _), fake_mode:
         fake_batch = grow_batch(one, BATCH)
         fake_optimizer = build_optimizer(fake_module, CPU_SETUP)
+        # The real run is a CPU run: no cuDNN workspaces, and its Adam step counters are where
+        # its parameters are; only the allocator's rounding is applied to both.
         recorder = FakeStepRecorder(
-            scalar_stand_in=largest, round_to_device=True, keep_timeline=True
+            scalar_stand_in=largest, round_to_device=True, keep_timeline=True, cuda_run=False
         )
         fake = trace(fake_module, fake_optimizer, fake_batch, recorder, semantics)
     return real, fake

@@ -24,6 +24,14 @@ def test_a_misspelt_trainer_key_and_a_key_like_nothing():
     )
 
 
+def test_a_profile_key_without_a_profile_says_how_to_give_it():
+    hint = unknown_key_hint("train", ["hw.batch_size=8"])
+    assert "+hw.batch_size=8" in hint and "+hw=t4 hw.batch_size=8" in hint
+    assert unknown_key_hint("train", ["+hw=cpu", "hw.batch_sise=8"]).endswith(
+        "did you mean hw.batch_size?"
+    )
+
+
 def test_a_command_line_hydra_accepts_gets_no_hint():
     assert unknown_key_hint("train", ["trainer.max_epochs=2", "+hw=cpu"]) is None
 

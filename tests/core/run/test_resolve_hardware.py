@@ -44,6 +44,7 @@ data:
 trainer:
   accelerator: ${{resolved_hw:accelerator}}
   devices: ${{resolved_hw:devices}}
+  num_nodes: ${{resolved_hw:num_nodes}}
   precision: ${{resolved_hw:precision}}
   accumulate_grad_batches: ${{resolved_hw:accumulate_grad_batches}}
 model:
@@ -100,6 +101,7 @@ def test_plus_hw_on_its_own_gpu_fills_every_interpolation(compose_hw, caplog):
     assert values["trainer"] == {
         "accelerator": "gpu",
         "devices": 1,
+        "num_nodes": 1,
         "precision": "16-mixed",
         "accumulate_grad_batches": 1,
     }
@@ -200,6 +202,15 @@ def test_target_effective_batch_sets_accumulation(compose_hw, caplog):
     assert resolved(cfg)["trainer"]["accumulate_grad_batches"] == 11
     assert (profile.batch_size, profile.val_batch_size) == (6, 16)
     assert "accumulate_grad_batches 11" in caplog.text
+
+
+def test_num_nodes_reaches_the_trainer_and_divides_the_target_global_batch(compose_hw, caplog):
+    cfg = compose_hw("+hw=t4", "hw.batch_size=4", "hw.num_nodes=2", "hw.target_effective_batch=64")
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    assert profile.accumulate_grad_batches == 8  # ceil(64 / (4 per device × 1 device × 2 nodes))
+    trainer = resolved(cfg)["trainer"]
+    assert (trainer["num_nodes"], trainer["accumulate_grad_batches"]) == (2, 8)
+    assert "× 2 nodes × 8 = 64" in caplog.text
 
 
 def test_a_larger_gpu_caps_the_process(compose_hw, monkeypatch, caplog):

@@ -57,6 +57,17 @@ def test_a_warmup_change_is_named_as_schedule(tmp_path, capsys):
     )
 
 
+def test_paths_inside_each_run_folder_are_one_line(tmp_path, capsys):
+    comparison, run_a, run_b = _compare(tmp_path, [], [])
+    folder_only = [d for d in comparison.differences if d.kind == "run folder"]
+    assert {"paths.output_dir", "trainer.default_root_dir"} <= {d.key for d in folder_only}
+    assert all(d.verdict == NEUTRAL for d in folder_only)
+    assert compare_runs.main([str(run_a), str(run_b)]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(folder_only)} path(s) differ only by each run's own folder" in out
+    assert "paths.output_dir" not in out
+
+
 def test_logging_changes_do_not_change_training(tmp_path):
     comparison, run_a, run_b = _compare(
         tmp_path, [], ["trainer.log_every_n_steps=5", "data.num_workers=1", "~logger.wandb"]

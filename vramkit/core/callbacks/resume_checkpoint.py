@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,13 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
-from vramkit.core.callbacks.stop_signals import STOP_SIGNALS, RunStopped, StopSignals, parse_signals
+from vramkit.core.callbacks.stop_signals import (
+    STOP_SIGNALS,
+    RunStopped,
+    StopSignals,
+    parse_signals,
+    submitit_preempt_signal,
+)
 from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import source_of
 
@@ -47,6 +54,10 @@ class ResumeCheckpoint(ModelCheckpoint):
       training step boundary, or at the end of the validation pass the signal interrupted; the
       run then ends with :class:`~vramkit.core.callbacks.stop_signals.RunStopped` (exit status 128 +
       the signal number), never as a success. Lightning's SLURM auto-requeue keeps SIGUSR1.
+    - in a submitit job (``hydra/launcher=slurm``), also on submitit's preemption signal (SIGUSR2):
+      at the next step boundary, and then submitit's own handler requeues the job; the requeued
+      job finds this file in its run folder and resumes from it
+      (:func:`vramkit.core.run.requeue.requeued_checkpoint`).
 
     A ``ModelCheckpoint`` without a monitor, so checkpoint retention and loggers know the file
     as the run's last checkpoint; training position, loader position (vramkit's loaders) and
@@ -86,7 +97,8 @@ class ResumeCheckpoint(ModelCheckpoint):
             save_on_train_epoch_end=True,
         )
         self.every_n_steps = settings.every_n_train_steps
-        self.stop_signals = StopSignals(signals)
+        preempt = submitit_preempt_signal(os.environ)
+        self.stop_signals = StopSignals(signals, hand_over=(preempt,) if preempt else ())
         self._stopped_in_epoch: int | None = None  # epoch whose stop state last.ckpt holds
 
     @property
@@ -158,10 +170,13 @@ class ResumeCheckpoint(ModelCheckpoint):
         received = self.stop_signals.received
         assert received is not None
         self._write(trainer, received.name)
-        message = (
+        stopped = (
             f"{received.name}: stopped at step {trainer.global_step} (epoch "
-            f"{trainer.current_epoch}) and saved {self.path}; continue the run with the same "
-            f"overrides and ckpt_path={self.path}"
+            f"{trainer.current_epoch}) and saved {self.path}"
         )
+        if received in self.stop_signals.hand_over_signals:
+            log.warning("%s; submitit requeues the job, which resumes from it", stopped)
+            self.stop_signals.hand_over()  # ends the process when submitit requeues
+        message = f"{stopped}; continue the run with the same overrides and ckpt_path={self.path}"
         log.warning(message)
         raise RunStopped(received, message)

@@ -14,6 +14,15 @@ A SIGUSR1 handler that is already installed is left alone: Lightning installs on
 auto-requeue is on (``lightning/pytorch/trainer/connectors/signal_connector.py``: it saves an
 ``hpc_ckpt`` and runs ``scontrol requeue``), and SLURM's SIGTERM that follows the requeue then
 stops the run here.
+
+Under submitit (``hydra/launcher=slurm`` or ``local_processes``) the scheduler's warning is
+submitit's preemption signal, SIGUSR2 unless ``SUBMITIT_PREEMPT_SIGNAL`` names another
+(``submitit/core/job_environment.py``, ``JobEnvironment.USR_SIG``). submitit installs its handler
+when the job starts; run there, mid-step, it would requeue the job at once and lose the steps since
+the last write. Here that signal is taken over too and *handed over*: the run writes ``last.ckpt``
+at the next step boundary, then calls submitit's handler, which resubmits the job (the launcher's
+``checkpoint``) and requeues it (exit status 144 under ``submitit_local``, ``scontrol requeue`` on
+SLURM).
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -49,6 +58,19 @@ class RunStopped(SystemExit):
         return self.message
 
 
+def submitit_preempt_signal(environ: Mapping[str, str]) -> signal.Signals | None:
+    """The signal submitit sends a job it is about to stop (time limit near, or preemption), or
+    None outside a submitit job.
+
+    submitit marks its jobs with ``SUBMITIT_EXECUTOR`` and reads the signal's name from
+    ``SUBMITIT_PREEMPT_SIGNAL`` (default ``USR2``), in ``submitit/core/job_environment.py``.
+    """
+    if not environ.get("SUBMITIT_EXECUTOR"):
+        return None
+    name = "SIG" + environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")
+    return signal.Signals[name] if name in signal.Signals.__members__ else None
+
+
 def parse_signals(names: Sequence[str]) -> tuple[signal.Signals, ...]:
     """``("SIGTERM", "SIGINT")`` → the signals, refusing a name this platform lacks."""
     known = {member.name for member in signal.Signals}
@@ -65,10 +87,16 @@ class StopSignals:
 
     A second SIGINT (Ctrl-C pressed again) raises ``KeyboardInterrupt`` at once, for a user who
     does not want to wait for the step to finish.
+
+    ``hand_over`` signals keep a use for their previous handler: :meth:`hand_over` calls it once
+    the run has saved (submitit's checkpoint-and-requeue, see the module's note).
     """
 
-    def __init__(self, signals: Sequence[signal.Signals]) -> None:
-        self.signals = tuple(signals)
+    def __init__(
+        self, signals: Sequence[signal.Signals], hand_over: Sequence[signal.Signals] = ()
+    ) -> None:
+        self.signals = tuple(dict.fromkeys([*signals, *hand_over]))
+        self.hand_over_signals = tuple(hand_over)
         self.received: signal.Signals | None = None
         self._previous: dict[signal.Signals, Any] = {}
 
@@ -82,7 +110,8 @@ class StopSignals:
         self.received = None
         for signum in self.signals:
             current = signal.getsignal(signum)
-            if signum == signal.SIGUSR1 and current not in (signal.SIG_DFL, None):
+            handled = current not in (signal.SIG_DFL, None)
+            if signum == signal.SIGUSR1 and handled and signum not in self.hand_over_signals:
                 log.debug("SIGUSR1 keeps its handler %r (SLURM auto-requeue)", current)
                 continue
             self._previous[signum] = current
@@ -96,6 +125,17 @@ class StopSignals:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._previous = {}
+
+    def hand_over(self) -> None:
+        """Call the handler the received signal had before :meth:`install`, when it is one of
+        ``hand_over``'s; it may end the process (submitit requeues with ``SystemExit``)."""
+        received = self.received
+        if received is None or received not in self.hand_over_signals:
+            return
+        previous = self._previous.get(received)
+        if callable(previous):
+            log.info("%s: handing over to %r", received.name, previous)
+            previous(int(received), None)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         received = signal.Signals(signum)

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vramkit.core.data.loader_workers import init_loader_worker
-from vramkit.core.data.resumable_loader import EpochOrder, ResumableDataLoader
+from vramkit.core.data.resumable_loader import EpochOrder, ResumableDataLoader, ResumableOrder
 from vramkit.core.data.sample_seeds import SeededSamples
 
 
@@ -45,7 +45,8 @@ def build_loader(
 ) -> DataLoader:
     """A DataLoader of ``batch_size`` samples (or the batches of ``batch_sampler``).
 
-    A shuffled loader without a ``batch_sampler`` is a
+    A shuffled loader without a ``batch_sampler``, or one whose ``batch_sampler`` is a
+    :class:`~vramkit.core.data.resumable_loader.ResumableOrder`, is a
     :class:`~vramkit.core.data.resumable_loader.ResumableDataLoader`: its order and every
     sample's random augmentation follow from the order seed and the epoch, and a checkpoint holds
     its position, so a resumed run continues at the next batch with the same samples, whatever
@@ -78,6 +79,8 @@ def build_loader(
             drop_last=drop_last,
             **common,
         )
+    if isinstance(batch_sampler, ResumableOrder):
+        return ResumableDataLoader(SeededSamples(dataset), batch_sampler=batch_sampler, **common)
     return DataLoader(
         dataset,
         batch_size=batch_size if batch_sampler is None else 1,

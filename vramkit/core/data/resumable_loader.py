@@ -5,7 +5,8 @@ Lightning saves the ``state_dict()`` of every training loader that has one into 
 the resumed run iterates (``lightning/pytorch/loops/fit_loop.py``, ``_FitLoop.setup_data`` and
 ``on_save_checkpoint``). :class:`ResumableDataLoader` provides that pair: its state is the order
 seed, the epoch and the number of batches handed out in it, which is all a continuation needs
-because :class:`EpochOrder` makes the order of every epoch a function of (seed, epoch) and
+because its :class:`ResumableOrder` (:class:`EpochOrder` over samples, or a task's batch sampler
+such as SAGE's length buckets) makes the order of every epoch a function of (seed, epoch) and
 :class:`~vramkit.core.data.sample_seeds.SeededSamples` makes every sample's augmentation a
 function of (seed, epoch, index). Lightning's training fetcher does not read ahead of a loader
 whose length is known (``lightning/pytorch/loops/fetchers.py``), so the batches handed out are
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -26,6 +27,23 @@ from torch.utils.data import DataLoader, DistributedSampler
 from vramkit.core.data.sample_seeds import SampleKey, mixed_seed
 
 log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class ResumableOrder(Protocol):
+    """A sampler (of samples or of whole batches) whose order is a function of (seed, epoch) and
+    whose next pass can start part-way: what :class:`ResumableDataLoader` needs to continue an
+    epoch at its next batch."""
+
+    seed: int
+    epoch: int
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of ``epoch`` from the next pass on."""
+
+    def start_next_pass_at(self, position: int) -> None:
+        """Skip the first ``position`` items (samples, or batches for a batch sampler) of the
+        next pass only."""
 
 
 class EpochOrder(DistributedSampler):
@@ -103,25 +121,37 @@ class EpochOrder(DistributedSampler):
 
 
 class ResumableDataLoader(DataLoader):
-    """A ``DataLoader`` over an :class:`EpochOrder` whose position is saved with the checkpoint.
+    """A ``DataLoader`` whose position is saved with the checkpoint: over a
+    :class:`ResumableOrder` ``sampler`` (usually :class:`EpochOrder`) with a ``batch_size``, or a
+    :class:`ResumableOrder` ``batch_sampler``.
 
     Its ``__init__`` is DataLoader's own, so Lightning can re-create it with another sampler
     (it does not for an :class:`EpochOrder`, which shards itself under DDP and keeps its
-    position there too); with a sampler other than :class:`EpochOrder` its state is empty and
-    a resumed epoch starts from its first batch, as a plain DataLoader would. A position is
-    counted in this process's share: resume with the number of processes that saved it.
+    position there too); with a sampler that is not a :class:`ResumableOrder` its state is
+    empty and a resumed epoch starts from its first batch, as a plain DataLoader would. A
+    position is counted in this process's share: resume with the number of processes that
+    saved it.
     """
 
     _batches_done = 0  # batches handed out in the current pass
     _resume: tuple[int, int] | None = None  # (epoch, batches done) read from a checkpoint
 
+    def _order(self) -> tuple[ResumableOrder, int] | None:
+        """The resumable order and how many of its items make one batch (None: none)."""
+        if self.batch_size is None and isinstance(self.batch_sampler, ResumableOrder):
+            return self.batch_sampler, 1
+        if isinstance(self.sampler, ResumableOrder):
+            return self.sampler, self.batch_size or 1
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """The order seed, the epoch and the batches of it handed out so far."""
-        if not isinstance(self.sampler, EpochOrder):
+        order = self._order()
+        if order is None:
             return {}
         return {
-            "order_seed": self.sampler.seed,
-            "epoch": self.sampler.epoch,
+            "order_seed": order[0].seed,
+            "epoch": order[0].epoch,
             "batches_done": self._batches_done,
         }
 
@@ -129,15 +159,16 @@ class ResumableDataLoader(DataLoader):
         """Continue the saved epoch at its next batch (once Lightning sets that epoch again)."""
         if not state_dict:
             return
-        if not isinstance(self.sampler, EpochOrder):
+        order = self._order()
+        if order is None:
             log.warning(
                 "the checkpoint holds a loader position, but this loader's sampler is a %s: "
                 "the resumed epoch starts from its first batch",
                 type(self.sampler).__name__,
             )
             return
-        self.sampler.seed = int(state_dict["order_seed"])
-        self.sampler.set_epoch(int(state_dict["epoch"]))
+        order[0].seed = int(state_dict["order_seed"])
+        order[0].set_epoch(int(state_dict["epoch"]))
         self._resume = (int(state_dict["epoch"]), int(state_dict["batches_done"]))
 
     def __iter__(self) -> Iterator[Any]:
@@ -145,11 +176,12 @@ class ResumableDataLoader(DataLoader):
         # after it has set the epoch, so a position saved at the end of an epoch (Lightning then
         # sets the next epoch) is dropped, and one saved inside the epoch is used.
         skip = 0
-        if self._resume is not None and isinstance(self.sampler, EpochOrder):
+        order = self._order()
+        if self._resume is not None and order is not None:
             epoch, batches_done = self._resume
-            if epoch == self.sampler.epoch and batches_done < len(self):
+            if epoch == order[0].epoch and batches_done < len(self):
                 skip = batches_done
-                self.sampler.start_next_pass_at(skip * (self.batch_size or 1))
+                order[0].start_next_pass_at(skip * order[1])
         self._resume = None
         self._batches_done = skip
         for batch in super().__iter__():

@@ -84,7 +84,11 @@ class HardwareProfile:
     accelerator: Accelerator
     """Lightning accelerator: "gpu" or "cpu"."""
     devices: int = field(default=1, metadata={"ge": 1})
-    """Number of devices Lightning uses."""
+    """Number of devices Lightning uses on each machine (GPUs per node)."""
+    num_nodes: int = field(default=1, metadata={"ge": 1})
+    """Machines the run spans (Lightning's `Trainer(num_nodes=…)`); the world size is
+    `devices × num_nodes` and the global batch `batch_size × devices × num_nodes ×
+    accumulate_grad_batches`."""
     precision: Precision
     """Lightning precision: 16-mixed on sm_75, bf16-mixed where bf16 is native, 32-true on CPU."""
     memory_budget_fraction: float = field(default=0.85, metadata={"gt": 0, "le": 1})
@@ -102,7 +106,7 @@ class HardwareProfile:
     accumulate_grad_batches: int = field(default=1, metadata={"ge": 1})
     """Optimizer steps happen every this many batches."""
     target_effective_batch: int | None = field(default=None, metadata={"ge": 1})
-    """When set, accumulate_grad_batches = ceil(target / (batch_size * devices))."""
+    """When set, accumulate_grad_batches = ceil(target / (batch_size * devices * num_nodes))."""
     strict: bool = True
     """Refuse to run when the device does not match the profile (false: map and rehearse)."""
     fit: Fit = AUTO
@@ -125,6 +129,11 @@ class HardwareProfile:
         return int(major), int(minor)
 
     @property
+    def world_size(self) -> int:
+        """Processes of a run: `devices` on each of `num_nodes` machines."""
+        return self.devices * self.num_nodes
+
+    @property
     def budget_gib(self) -> float | None:
         """Device memory a run may plan to use (GiB); None when the memory is unknown."""
         if self.memory_gib is None:
@@ -142,6 +151,8 @@ class HardwareProfile:
             parts.append(f"compute capability {self.compute_capability}")
         if self.devices > 1:
             parts.append(f"{self.devices} devices")
+        if self.num_nodes > 1:
+            parts.append(f"{self.num_nodes} nodes")
         return ", ".join(parts)
 
     def cross_field_problems(self) -> list[tuple[str, str]]:
@@ -208,6 +219,14 @@ def _value_problems(profile: HardwareProfile) -> list[tuple[str, str]]:
             "precision",
             f"'{profile.precision}' does not run on a CPU (fp16 needs CUDA); use 32-true",
         )
+        # Lightning launches one process per device on each node and several nodes talk over
+        # NCCL; the project's CPU multi-process runs (trainer=ddp_sim) are one machine's gloo.
+        need(
+            profile.num_nodes == 1,
+            "num_nodes",
+            f"a CPU profile runs on one machine, got {profile.num_nodes}; several nodes need a "
+            "GPU profile (e.g. +hw=a100_40gb hw.num_nodes=2)",
+        )
     if profile.device_pattern is not None:
         try:
             re.compile(profile.device_pattern)
@@ -232,6 +251,8 @@ def _value_problems(profile: HardwareProfile) -> list[tuple[str, str]]:
 def describe_profile(profile: HardwareProfile) -> str:
     """A few lines for the console: profile, precision, memory budget (GiB), batches, loader."""
     target = "CPU" if profile.accelerator == "cpu" else f"{profile.devices}× GPU"
+    if profile.num_nodes > 1:
+        target += f" × {profile.num_nodes} nodes"
     shown = profile.label.lower() not in (profile.name.lower(), target.lower())
     head = f"hardware profile {profile.name}" + (f" ({profile.label})" if shown else "")
     head += f" on {target}"
@@ -264,7 +285,7 @@ def describe_profile(profile: HardwareProfile) -> str:
 def _effective_batch(profile: HardwareProfile) -> int | None:
     if not isinstance(profile.batch_size, int):
         return None
-    return profile.batch_size * profile.devices * profile.accumulate_grad_batches
+    return profile.batch_size * profile.world_size * profile.accumulate_grad_batches
 
 
 def _on_off(flag: bool) -> str:

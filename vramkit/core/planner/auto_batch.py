@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from omegaconf import DictConfig
@@ -21,6 +22,10 @@ def _keep_effective_batch(
     """Micro-batch and accumulation when the largest fitting batch is below the intended one."""
     intended = profile.target_effective_batch
     source = "hw.target_effective_batch"
+    if intended is not None and profile.world_size > 1:
+        # The target is the global batch; each process steps its share of it.
+        source += f" / {profile.world_size} processes"
+        intended = math.ceil(intended / profile.world_size)
     if intended is None:
         default = task_batch_default(cfg, "train")
         if default is None:

@@ -26,7 +26,7 @@ import torch
 
 from vramkit.core.planner.allocator_model import replay_reserved
 from vramkit.core.planner.op_rules import cublas_workspace_bytes
-from vramkit.core.units import GIB, MIB
+from vramkit.core.units import GIB
 
 ALLOCATION_GRANULE = 512
 """The CUDA caching allocator rounds every block up to a multiple of this many bytes."""
@@ -48,9 +48,6 @@ CUDA_CONTEXT_EAGER_GIB = 1343 / 1024
 """The same with every kernel loaded at start-up (CUDA before 11.7, or `CUDA_MODULE_LOADING=EAGER`):
 1343 MiB measured by `torch.ones((1, 1)).to("cuda")` on a V100 (transformers docs, "Model training
 anatomy")."""
-
-CUDNN_WORKSPACE_BYTES = 128 * MIB
-"""An allowance for cuDNN's convolution workspaces, taken when the traced step convolves."""
 
 BITSANDBYTES_BLOCK = 256
 """Elements per quantisation block of bitsandbytes' 8-bit optimizer states (one fp32 scale each)."""
@@ -131,20 +128,19 @@ class DeviceRules:
         `CUBLAS_WORKSPACE_CONFIG` sets it (`op_rules.cublas_workspace_bytes`)."""
         return cublas_workspace_bytes(self.capability, os.environ)
 
-    def workspace_bytes(self, *, backward: bool, convolutions: bool) -> int:
-        """Library workspaces live at a step's peak (bytes).
+    def workspace_bytes(self, *, backward: bool) -> int:
+        """Library workspaces held for the whole step, outside the trace (bytes).
 
         Autograd runs the backward pass on its own thread, which gets a second cuBLAS handle
-        and workspace; convolutions add the cuDNN allowance.
+        and workspace. cuDNN's convolution workspaces are not here: each is a temporary of its
+        op, which the trace charges where the convolution runs
+        (`op_rules.cudnn_convolution_workspace_bytes`).
         """
-        return sum(self.workspace_sizes(backward=backward, convolutions=convolutions))
+        return sum(self.workspace_sizes(backward=backward))
 
-    def workspace_sizes(self, *, backward: bool, convolutions: bool) -> list[int]:
-        """The library workspaces the caching allocator hands out, one size each (bytes)."""
-        sizes = [self.cublas_workspace_bytes()] * (2 if backward else 1)
-        if convolutions:
-            sizes.append(CUDNN_WORKSPACE_BYTES)
-        return sizes
+    def workspace_sizes(self, *, backward: bool) -> list[int]:
+        """The persistent library workspaces the caching allocator hands out, one size each."""
+        return [self.cublas_workspace_bytes()] * (2 if backward else 1)
 
     def overhead_bytes(
         self,
@@ -152,7 +148,6 @@ class DeviceRules:
         events: Sequence[tuple[int, int]],
         *,
         backward: bool,
-        convolutions: bool,
     ) -> int:
         """Device memory beyond the traced allocations at the peak (bytes).
 
@@ -162,10 +157,7 @@ class DeviceRules:
         `RESERVE_FLOOR_FACTOR` times the blocks in use.
         """
         workspaces = [
-            (-1 - index, size)
-            for index, size in enumerate(
-                self.workspace_sizes(backward=backward, convolutions=convolutions)
-            )
+            (-1 - index, size) for index, size in enumerate(self.workspace_sizes(backward=backward))
         ]
         replayed = replay_reserved([*workspaces, *events])
         in_blocks = allocated_peak + sum(size for _, size in workspaces)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ from torch._subclasses.fake_tensor import (
     DynamicOutputShapeException,
     FakeTensor,
 )
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
@@ -48,8 +50,12 @@ from vramkit.core.planner.cuda_rules import (
 from vramkit.core.planner.dropout_rules import CudaDropout
 from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.fast_paths import InferenceFastPaths
-from vramkit.core.planner.op_rules import CudaKernels
-from vramkit.core.planner.optimizer_layouts import ZeroStage2Layout
+from vramkit.core.planner.op_rules import (
+    CUDNN_CONVOLUTIONS,
+    CudaKernels,
+    convolution_workspace_bytes,
+)
+from vramkit.core.planner.optimizer_layouts import ZeroStage2Layout, host_state_tensors
 from vramkit.core.planner.peak_holders import Holder
 from vramkit.core.planner.recorder import (
     GRADIENTS,
@@ -98,8 +104,6 @@ class StepTrace:
     """Bytes live at the peak by recorder category (parameters, gradients, …)."""
     peak_at: str
     """When the peak happened, e.g. "step 2: forward"."""
-    convolutions: bool
-    """The step ran convolutions (cuDNN workspaces apply on a GPU)."""
     attention_kernels: tuple[str, ...]
     """The SDPA kernel each attention call would run on the target GPU."""
     timeline: tuple[int, ...]
@@ -108,6 +112,10 @@ class StepTrace:
     """The largest groups of tensors live at the peak, by module and kind."""
     events: tuple[tuple[int, int], ...] = ()
     """Every allocation (serial, bytes) and free (serial, 0) of the phase, in order."""
+    max_allocated_bytes: int = 0
+    """The peak with the cuDNN workspace each convolution takes when memory is to spare."""
+    max_allocated_holders: tuple[Holder, ...] = ()
+    """What is live at that moment (`holders` when no workspace rises above the peak)."""
 
 
 class StepSemantics:
@@ -192,20 +200,59 @@ class FakeStepRecorder(StorageRecorder):
     A comparison whose answer the draw's range decides is answered: `torch.rand([]) < 0.0` is
     False for every draw in [0, 1), so LayerDrop at probability 0 (transformers 4.x OPT draws
     even then) plans every layer.
+
+    With `cuda_run` (a GPU run is planned; by default whenever `round_to_device`) the recorder
+    also follows two CUDA facts a CPU trace lacks: each convolution holds cuDNN's workspace
+    while it runs (`op_rules.convolution_workspace_bytes`, counted after its outputs in
+    `peak_with_workspaces`, see `charge_workspace`), and the step counters a `foreach` /
+    for-loop Adam(W) keeps on the host (`optimizer_layouts.host_state_tensors`) leave device
+    memory after every optimizer step.
     """
 
-    def __init__(self, *, scalar_stand_in: int, round_to_device: bool, keep_timeline: bool) -> None:
+    def __init__(
+        self,
+        *,
+        scalar_stand_in: int,
+        round_to_device: bool,
+        keep_timeline: bool,
+        cuda_run: bool | None = None,
+    ) -> None:
         super().__init__(
             round_bytes=round_allocation if round_to_device else (lambda n: n),
             keep_timeline=keep_timeline,
         )
         self.scalar_stand_in = scalar_stand_in
+        self.cuda_run = round_to_device if cuda_run is None else cuda_run
+        self._optimizer_hook: Any = None
         # Scalars drawn at random, or computed from such draws: id → weak reference.
         self._random_scalars: dict[int, weakref.ref] = {}
         # Draws known to lie in [0, 1), and the answers of comparisons their range settles
         # (by id, with a weak reference: tensors compare elementwise, so they cannot be keys).
         self._unit_draws: dict[int, weakref.ref] = {}
         self._settled: dict[int, tuple[weakref.ref, bool]] = {}
+
+    def __enter__(self) -> FakeStepRecorder:
+        if self.cuda_run:
+            # Global, so optimizers built before the trace (and wrapped ones) are seen too.
+            self._optimizer_hook = register_optimizer_step_post_hook(self._after_optimizer_step)
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._optimizer_hook is not None:
+            self._optimizer_hook.remove()
+            self._optimizer_hook = None
+        return super().__exit__(*exc)
+
+    def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: object) -> None:
+        self.leave_out(host_state_tensors(optimizer))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        convolution = CUDNN_CONVOLUTIONS.get(func) if self.cuda_run else None
+        if convolution is not None:
+            # After the outputs: cuDNN writes into them while its workspace is held.
+            self.charge_workspace(convolution_workspace_bytes(convolution, args, os.environ))
+        return out
 
     def run_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Run one op on fake tensors; data-dependent results get the stand-ins above."""
@@ -383,6 +430,8 @@ def _register_state(
 
 
 def _register_optimizer_state(optimizer: torch.optim.Optimizer, recorder: StorageRecorder) -> None:
+    # A GPU plan's recorder has left the host step counters out after the step (FakeStepRecorder);
+    # registering them again counts nothing.
     owners, tensors = [], []
     for param, state in optimizer.state.items():
         for value in state.values():
@@ -393,15 +442,22 @@ def _register_optimizer_state(optimizer: torch.optim.Optimizer, recorder: Storag
 
 
 def _result(recorder: StorageRecorder, attention: CudaAttention | None) -> StepTrace:
+    holders = recorder.peak_holders()
+    with_workspaces = recorder.peak_with_workspaces
     return StepTrace(
         peak_bytes=recorder.peak.bytes,
         breakdown=recorder.peak_breakdown(),
         peak_at=recorder.peak.label,
-        convolutions=any("convolution" in name for name in recorder.op_names),
         attention_kernels=tuple(attention.choices) if attention is not None else (),
         timeline=tuple(recorder.timeline),
-        holders=recorder.peak_holders(),
+        holders=holders,
         events=tuple(recorder.events),
+        max_allocated_bytes=with_workspaces.bytes,
+        max_allocated_holders=(
+            holders
+            if with_workspaces is recorder.peak
+            else recorder.peak_holders(with_workspaces=True)
+        ),
     )
 
 

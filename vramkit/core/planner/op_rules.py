@@ -24,6 +24,8 @@ all op rules, including the ops where CPU and CUDA agree, is docs/cuda_rules.md.
 
 `cublas_workspace_bytes` and `cublaslt_extra_workspace_bytes` state the matmul libraries'
 workspaces from the capability and the environment (aten/src/ATen/cuda/CublasHandlePool.cpp).
+`cudnn_convolution_workspace_bytes` sizes the workspace one cuDNN convolution call takes and
+gives back (aten/src/ATen/native/cudnn/Conv_v8.cpp); `FakeStepRecorder` charges it at the op.
 
 On real (not fake) tensors the rules keep PyTorch's values: a kernel that cannot run on a CPU
 tensor (half-to-float softmax) falls back to the CPU branch there.
@@ -31,9 +33,10 @@ tensor (half-to-float softmax) falls back to the CPU branch there.
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
@@ -268,3 +271,101 @@ def cublaslt_extra_workspace_bytes(environ: Mapping[str, str]) -> int:
     if unified not in ("0", "false", "off", "no"):
         return 0
     return int(environ.get("CUBLASLT_WORKSPACE_SIZE", "1024")) * 1024
+
+
+CUDNN_WORKSPACE_CAP_VARIABLE = "CUDNN_CONV_WSCAP_DBG"
+"""cuDNN's own cap on a convolution engine's workspace, in MiB: engines that need more are not
+offered (PyTorch docs, docs/source/cuda_environment_variables.rst)."""
+
+
+def cudnn_convolution_workspace_bytes(
+    batch: int,
+    channels_per_group: int,
+    groups: int,
+    kernel_size: Sequence[int],
+    positions: Sequence[int],
+    itemsize: int,
+    environ: Mapping[str, str],
+) -> int:
+    """Workspace one cuDNN convolution call holds while it runs (bytes, before rounding).
+
+    aten/src/ATen/native/cudnn/Conv_v8.cpp (`run_conv_plan`): every call, forward, backward-data
+    and backward-filter alike, asks the caching allocator for the chosen engine's
+    `getWorkspaceSize()` and gives it back when the call returns: a temporary of the op, never
+    resident. Which engine runs is cuDNN's choice (heuristics with `cudnn.benchmark=False`, the
+    default; timing with `True`, `generate_and_filter_plans`), so its exact size is not knowable
+    without the GPU. The bound charged is the explicit-GEMM lowering of the convolution, the
+    matrix the GEMM engines materialise (cuDNN API reference, `CUDNN_CONVOLUTION_FWD_ALGO_GEMM`):
+    one row per output position (`batch` x prod(`positions`), the spatial size on the
+    convolution's output side, the input side of a transposed one) and one column per weight
+    tap (`channels_per_group` x `groups` x prod(`kernel_size`)), in the op's dtype. Implicit-GEMM
+    engines need less (none to a few index tables); tensor-core engines chosen for speed come
+    close to it. With `CUDNN_CONV_WSCAP_DBG` set, cuDNN offers no engine above that many MiB.
+    """
+    rows = batch * math.prod(positions)
+    columns = channels_per_group * groups * math.prod(kernel_size)
+    lowered = rows * columns * itemsize
+    cap = environ.get(CUDNN_WORKSPACE_CAP_VARIABLE, "").strip()
+    if cap.isdigit():
+        return min(lowered, int(cap) * 1024 * 1024)
+    return lowered
+
+
+_CONVOLUTION = "convolution"
+_CONVOLUTION_BACKWARD = "convolution_backward"
+CUDNN_CONVOLUTIONS = {
+    torch.ops.aten.convolution.default: _CONVOLUTION,
+    torch.ops.aten.convolution_backward.default: _CONVOLUTION_BACKWARD,
+}
+"""The aten ops that run cuDNN convolutions on CUDA, by name (`convolution_workspace_bytes`)."""
+
+
+def convolution_workspace_bytes(name: str, args: tuple, environ: Mapping[str, str]) -> int:
+    """The cuDNN workspace of one `aten.convolution` / `aten.convolution_backward` call (bytes).
+
+    `convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+    groups)`; `convolution_backward(grad_output, input, weight, bias_sizes, stride, padding,
+    dilation, transposed, output_padding, groups, output_mask)`. Backward runs backward-data and
+    backward-filter one after the other (aten/src/ATen/native/cudnn/ConvShared.cpp), each with
+    its own workspace of the same lowering: the larger of the two is charged once.
+    """
+    if name == _CONVOLUTION:
+        input, weight = args[0], args[1]
+        transposed, groups = args[6], args[8]
+        output_side = input if transposed else None
+    elif name == _CONVOLUTION_BACKWARD:
+        grad_output, input, weight = args[0], args[1], args[2]
+        if not any(args[10][:2]):  # output_mask: neither grad_input nor grad_weight is asked for
+            return 0
+        transposed, groups = args[7], args[9]
+        output_side = input if transposed else grad_output
+    else:
+        return 0
+    kernel_size = tuple(weight.shape[2:])
+    if output_side is None:  # a forward convolution: positions of its output
+        positions = _output_positions(input, weight, args[3], args[4], args[5])
+    else:
+        positions = tuple(output_side.shape[2:])
+    return cudnn_convolution_workspace_bytes(
+        batch=input.shape[0],
+        channels_per_group=weight.shape[1],
+        groups=groups,
+        kernel_size=kernel_size,
+        positions=positions,
+        itemsize=input.dtype.itemsize,
+        environ=environ,
+    )
+
+
+def _output_positions(input, weight, stride, padding, dilation) -> tuple[int, ...]:
+    spatial = input.shape[2:]
+    kernel = weight.shape[2:]
+
+    def pick(values, axis):
+        return values[axis] if len(values) > 1 else values[0]
+
+    return tuple(
+        (size + 2 * pick(padding, axis) - pick(dilation, axis) * (k - 1) - 1) // pick(stride, axis)
+        + 1
+        for axis, (size, k) in enumerate(zip(spatial, kernel, strict=True))
+    )

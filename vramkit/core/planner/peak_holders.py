@@ -19,6 +19,8 @@ from torch import nn
 
 SAVED_ACTIVATION = "saved activation"
 TEMPORARY = "temporary"
+WORKSPACE = "workspace"
+"""A library's scratch block, allocated and given back within one op (cuDNN convolutions)."""
 BACKWARD = "(backward)"
 """Where a tensor made by autograd's backward pass, outside any forward, is said to be."""
 OUTSIDE = "(step)"
@@ -34,7 +36,7 @@ class Holder:
     where: str
     """The module (repeated blocks folded to `*`), or `(backward)` / `(step)`."""
     kind: str
-    """parameters, gradients, optimizer_state, inputs, saved activation or temporary."""
+    """parameters, gradients, optimizer_state, inputs, saved activation, temporary or workspace."""
     bytes: int
     tensors: int
     largest_shape: tuple[int, ...]

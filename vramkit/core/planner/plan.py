@@ -13,6 +13,7 @@ nothing fits). The search measures inside what those two leave open until they a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from vramkit.core.planner.fake_trace import (
     trace_training,
     trace_validation,
 )
+from vramkit.core.planner.optimizer_layouts import ZERO2, ZERO2_OFFLOAD
 from vramkit.core.planner.peak_holders import Holder
 from vramkit.core.planner.recorder import (
     ACTIVATIONS,
@@ -40,6 +42,8 @@ from vramkit.core.planner.recorder import (
     PARAMETERS,
 )
 from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.sharding import ZERO2_OFFLOAD as OFFLOADED_ZERO2
+from vramkit.core.planner.sharding import model_states, shard_allocated, traced_precision
 from vramkit.core.planner.subject import build_module, build_optimizer, with_model_overrides
 from vramkit.core.units import GIB
 
@@ -68,6 +72,12 @@ class PhasePlan:
     attention_kernels: tuple[str, ...] = ()
     holders: tuple[Holder, ...] = ()
     """The largest groups of tensors live at the peak, by module and kind (`peak_holders`)."""
+    allocated_with_workspaces: int = 0
+    """The traced peak with the cuDNN workspace each convolution takes when memory is to spare;
+    a convolution takes it only from free memory (Conv_v8.cpp, `try_configs`), so it is not part
+    of `peak` (bytes)."""
+    max_allocated_holders: tuple[Holder, ...] = ()
+    """What is live at that moment (`holders` when no workspace rises above the peak)."""
 
     @property
     def allocated_peak(self) -> int:
@@ -76,8 +86,9 @@ class PhasePlan:
 
     @property
     def predicted_max_allocated(self) -> int:
-        """What `torch.cuda.max_memory_allocated()` should read after this phase (bytes)."""
-        return self.allocated_peak + self.workspace
+        """What `torch.cuda.max_memory_allocated()` should read after this phase (bytes), the
+        cuDNN workspaces at their bound included."""
+        return max(self.allocated_peak, self.allocated_with_workspaces) + self.workspace
 
     @property
     def peak(self) -> int:
@@ -160,6 +171,11 @@ class MemoryPlanner:
         return self._measured[key]
 
     def _trace(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:
+        setup = setup.replace(precision=traced_precision(setup.sharding, setup.precision))
+        if setup.sharding.strategy == OFFLOADED_ZERO2:
+            # Nothing of the optimizer stays on the device, whatever the world size: DeepSpeed's
+            # own layout traces that exactly (gradients leave as produced, no device step).
+            setup = setup.replace(optimizer=ZERO2_OFFLOAD)
         subject = self._subject(setup)
         sample = self.samples.train if phase == TRAIN else self.samples.val
         module = subject.module
@@ -191,7 +207,15 @@ class MemoryPlanner:
             del optimizer, batch
             module.zero_grad(set_to_none=True)
         self.traces += 1
-        return self._phase_plan(phase, batch_size, setup, trace)
+        plan = self._phase_plan(phase, batch_size, setup, trace)
+        if setup.sharding.sharded and setup.optimizer not in (ZERO2, ZERO2_OFFLOAD):
+            # The trace is one process holding everything; the run's device holds its share.
+            states = model_states(module, setup.sharding.wrap_classes)
+            allocated = shard_allocated(
+                plan.allocated, states, setup.sharding, setup.precision, backward=phase == TRAIN
+            )
+            plan = dataclasses.replace(plan, allocated=allocated)
+        return plan
 
     @staticmethod
     def _phase_plan(phase: str, batch_size: int, setup: RunSetup, trace: StepTrace) -> PhasePlan:
@@ -202,11 +226,8 @@ class MemoryPlanner:
                 trace.peak_bytes,
                 trace.events,
                 backward=backward,
-                convolutions=trace.convolutions,
             )
-            workspace = setup.device.workspace_bytes(
-                backward=backward, convolutions=trace.convolutions
-            )
+            workspace = setup.device.workspace_bytes(backward=backward)
         return PhasePlan(
             phase=phase,
             batch_size=batch_size,
@@ -217,6 +238,8 @@ class MemoryPlanner:
             peak_at=trace.peak_at,
             attention_kernels=tuple(sorted(set(trace.attention_kernels))),
             holders=trace.holders,
+            allocated_with_workspaces=trace.max_allocated_bytes,
+            max_allocated_holders=trace.max_allocated_holders,
         )
 
     def largest_batch_size(

@@ -29,6 +29,7 @@ from vramkit.core.planner.peak_holders import (
     OUTSIDE,
     SAVED_ACTIVATION,
     TEMPORARY,
+    WORKSPACE,
     Holder,
     ModuleScope,
     group_holders,
@@ -75,6 +76,9 @@ class StorageRecorder(TorchDispatchMode):
         self.timeline: list[int] = []
         self.current = 0
         self.peak = RecordedPeak()
+        self.peak_with_workspaces = self.peak
+        """`peak` with the workspace each op held while it ran (`charge_workspace`); the same
+        object as `peak` until a workspace rises above it."""
         self.op_names: set[str] = set()
         self._label = ""
         self._next_serial = 0
@@ -86,6 +90,7 @@ class StorageRecorder(TorchDispatchMode):
         # ones autograd saved for backward, and the modules' names while `attribute_to` runs.
         self._origin: dict[int, tuple[str, tuple[int, ...], torch.dtype]] = {}
         self._saved: set[int] = set()
+        self._workspaces: set[int] = set()
         self._scope: ModuleScope | None = None
         self._owners: dict[int, str] = {}
         self.events: list[tuple[int, int]] = []
@@ -155,6 +160,48 @@ class StorageRecorder(TorchDispatchMode):
             finally:
                 self._scope = None
 
+    def charge_workspace(self, nbytes: int) -> None:
+        """Count `nbytes` of library workspace held for the op running now, as a kernel that
+        takes a scratch block from the caching allocator for one call does (cuDNN convolutions).
+
+        Such a kernel takes it only from memory that is free: on an out-of-memory error it runs
+        another engine with a smaller one (Conv_v8.cpp, `try_configs`). So the workspace counts
+        towards `peak_with_workspaces` (what `max_memory_allocated` reads with memory to spare),
+        not towards `peak`, the bytes a run cannot do without.
+        """
+        size = self.round_bytes(nbytes)
+        if size <= 0 or self.current + size <= self.peak_with_workspaces.bytes:
+            return
+        serial = self._next_serial
+        self._next_serial += 1
+        self._workspaces.add(serial)
+        self._origin[serial] = (self._where(), (nbytes,), torch.uint8)
+        live = {**self._live, serial: size}
+        self.peak_with_workspaces = RecordedPeak(self.current + size, self._label, live)
+
+    def leave_out(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Stop counting `tensors` as device memory: a CUDA run keeps them on the host.
+
+        They leave the live total, the allocation events and the recorded peak (the peak then
+        reads the device bytes at that moment; another moment within their few bytes of it may
+        have been higher). Registering them later changes nothing.
+        """
+        gone: set[int] = set()
+        for tensor in tensors:
+            serial = self._track(tensor)
+            if serial is None or serial not in self._live:
+                continue
+            size = self._live.pop(serial)
+            self.current -= size
+            gone.add(serial)
+            for recorded in {id(p): p for p in (self.peak, self.peak_with_workspaces)}.values():
+                if recorded.live.pop(serial, None) is not None:
+                    recorded.bytes -= size
+        if gone:
+            self.events = [event for event in self.events if event[0] not in gone]
+        if self.peak_with_workspaces.bytes < self.peak.bytes:  # keep it the larger of the two
+            self.peak_with_workspaces = self.peak
+
     def note_forward_end(self) -> None:
         """Mark the activations alive now, at the end of a forward pass, as saved for backward.
 
@@ -166,20 +213,25 @@ class StorageRecorder(TorchDispatchMode):
             if self._category.get(serial, ACTIVATIONS) == ACTIVATIONS:
                 self._saved.add(serial)
 
-    def peak_holders(self, top: int = 8) -> tuple[Holder, ...]:
-        """The largest groups of storages live at the peak, by module and kind."""
+    def peak_holders(self, top: int = 8, *, with_workspaces: bool = False) -> tuple[Holder, ...]:
+        """The largest groups of storages live at the peak (or at `peak_with_workspaces`), by
+        module and kind."""
+        peak = self.peak_with_workspaces if with_workspaces else self.peak
         kinds = {}
-        for serial in self.peak.live:
+        for serial in peak.live:
             category = self._category.get(serial)
-            if category is not None and category != ACTIVATIONS:
+            if serial in self._workspaces:
+                kinds[serial] = WORKSPACE
+            elif category is not None and category != ACTIVATIONS:
                 kinds[serial] = category
             else:
                 kinds[serial] = SAVED_ACTIVATION if serial in self._saved else TEMPORARY
-        return group_holders(self.peak.live, self._origin, kinds, top=top)
+        return group_holders(peak.live, self._origin, kinds, top=top)
 
     def reset_peak(self) -> None:
         """Start a new peak from what is live now (the next phase's measurement)."""
         self.peak = RecordedPeak(self.current, self._label, dict(self._live))
+        self.peak_with_workspaces = self.peak
 
     def peak_breakdown(self) -> dict[str, int]:
         """Bytes live at the peak, by category (every category present, zeros included)."""
@@ -210,15 +262,19 @@ class StorageRecorder(TorchDispatchMode):
         self._live[serial] = size
         if size:
             self.events.append((serial, size))
-        where = OUTSIDE
-        if self._scope is not None:
-            where = self._scope.current(in_backward=torch._C._current_graph_task_id() != -1)
-        self._origin[serial] = (where, tuple(tensor.shape), tensor.dtype)
+        self._origin[serial] = (self._where(), tuple(tensor.shape), tensor.dtype)
         self.current += size
         if self.current > self.peak.bytes:
             self.peak = RecordedPeak(self.current, self._label, dict(self._live))
+        if self.current > self.peak_with_workspaces.bytes:
+            self.peak_with_workspaces = self.peak  # above every workspace: the peak itself
         self._finalizers[serial] = weakref.finalize(storage, self._free, address, serial)
         return serial
+
+    def _where(self) -> str:
+        if self._scope is None:
+            return OUTSIDE
+        return self._scope.current(in_backward=torch._C._current_graph_task_id() != -1)
 
     def _free(self, address: int, serial: int) -> None:
         size = self._live.pop(serial, 0)

@@ -17,9 +17,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.errors import PlanningError
-from vramkit.core.planner.optimizer_layouts import ADAMW_8BIT, ZERO2, ZERO2_OFFLOAD
+from vramkit.core.planner.optimizer_layouts import ADAMW_8BIT, ZERO2_OFFLOAD
 from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan
 from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.sharding import ZERO2 as ZERO2_STRATEGY
+from vramkit.core.planner.sharding import ZERO2_OFFLOAD as ZERO2_OFFLOAD_STRATEGY
+from vramkit.core.planner.sharding import ZERO3 as ZERO3_STRATEGY
+from vramkit.core.planner.sharding import Sharding
 
 _ADAM_TARGETS = ("torch.optim.AdamW", "torch.optim.Adam")
 
@@ -121,21 +125,34 @@ def candidate_changes(
             )
         )
     weights = "bf16-true" if profile.bf16 else "16-true"
-    changes.append(
-        Change(
-            "DeepSpeed ZeRO-2, CPU offload",
-            ("trainer=deepspeed_zero2_offload", f"hw.precision={weights}"),
-            "pip install 'vramkit[deepspeed]'",
-            {"optimizer": ZERO2_OFFLOAD, "precision": weights},
-        )
-    )
-    if setup.devices > 1:
+    changes.extend(_deepspeed_changes(setup, weights))
+    return changes
+
+
+def _deepspeed_changes(setup: RunSetup, weights: str) -> list[Change]:
+    """ZeRO-2 with CPU offload, and ZeRO-2 across the run's GPUs when it has several.
+
+    Across several GPUs both are planned per device (`sharding`); on one GPU the offload is
+    traced with DeepSpeed's own optimizer layout (`ZeroStage2Layout`).
+    """
+    current = setup.sharding
+    world = current.world_size
+    offload_how = ("trainer=deepspeed_zero2_offload", f"hw.precision={weights}")
+    install = "pip install 'vramkit[deepspeed]'"
+    changes = []
+    if current.strategy != ZERO2_OFFLOAD_STRATEGY:
+        if world > 1:
+            offload = {"sharding": Sharding(ZERO2_OFFLOAD_STRATEGY, world), "precision": weights}
+        else:
+            offload = {"optimizer": ZERO2_OFFLOAD, "precision": weights}
+        changes.append(Change("DeepSpeed ZeRO-2, CPU offload", offload_how, install, offload))
+    if world > 1 and current.strategy not in (ZERO2_STRATEGY, ZERO3_STRATEGY):
         changes.append(
             Change(
-                f"DeepSpeed ZeRO-2 across {setup.devices} GPUs",
+                f"DeepSpeed ZeRO-2 across {world} GPUs",
                 ("trainer=deepspeed_zero2", f"hw.precision={weights}"),
-                "pip install 'vramkit[deepspeed]'",
-                {"optimizer": ZERO2, "precision": weights},
+                install,
+                {"sharding": Sharding(ZERO2_STRATEGY, world), "precision": weights},
             )
         )
     return changes
@@ -179,6 +196,8 @@ def combined(first: Change, second: Change) -> Change | None:
     overlap = set(first.changes) & set(second.changes)
     if overlap:
         return None  # both decide the optimizer or the precision
+    if {"optimizer", "sharding"} <= set(first.changes) | set(second.changes):
+        return None  # DeepSpeed's ZeRO runs its own optimizer: a layout would be counted twice
     notes = "; ".join(note for note in (first.note, second.note) if note)
     consent = ",".join(entry for entry in (first.needs_consent, second.needs_consent) if entry)
     return Change(

@@ -8,9 +8,10 @@ from typing import Any
 
 import torch
 
-from vramkit.core.planner.peak_holders import Holder
+from vramkit.core.planner.peak_holders import WORKSPACE, Holder
 from vramkit.core.planner.plan import PhasePlan
 from vramkit.core.planner.remedies import Remedy
+from vramkit.core.planner.sharding import row_notes
 from vramkit.core.planner.task_plan import MemoryPlan
 from vramkit.core.tables import render_table
 from vramkit.core.units import GIB
@@ -52,7 +53,16 @@ def _phase_json(phase: PhasePlan, budget_bytes: int | None) -> dict[str, Any]:
         "attention_kernels": list(phase.attention_kernels),
         "breakdown": {key: _gib(value) for key, value in phase.breakdown_gib().items()},
         "peak_holders": [_holder_json(holder) for holder in phase.holders],
+        "max_allocated_holders": [_holder_json(holder) for holder in phase.max_allocated_holders],
     }
+
+
+def _largest_workspace(phase: PhasePlan) -> Holder | None:
+    """The cuDNN workspace live at the max-allocated moment, when it rises above the peak."""
+    if phase.allocated_with_workspaces <= phase.allocated_peak:
+        return None
+    workspaces = [h for h in phase.max_allocated_holders if h.kind == WORKSPACE]
+    return max(workspaces, key=lambda holder: holder.bytes, default=None)
 
 
 def _holder_json(holder: Holder) -> dict[str, Any]:
@@ -79,7 +89,7 @@ def peak_holders_table(phase: PhasePlan, *, rows: int = 6) -> str:
         for holder in phase.holders[:rows]
     ]
     if phase.workspace:
-        body.append(["(cuBLAS / cuDNN)", "workspace", f"{phase.workspace / GIB:.3f}", "", ""])
+        body.append(["(cuBLAS)", "workspace", f"{phase.workspace / GIB:.3f}", "", ""])
     return render_table(["where", "kind", "GiB", "tensors", "largest"], body)
 
 
@@ -104,6 +114,11 @@ def plan_json(plan: MemoryPlan) -> dict[str, Any]:
         "device": profile.label,
         "precision": plan.setup.precision,
         "optimizer": plan.optimizer,
+        "strategy": plan.setup.sharding.strategy,
+        "devices": profile.devices,
+        "num_nodes": profile.num_nodes,
+        "world_size": plan.setup.sharding.world_size,
+        "per_device": plan.setup.sharding.sharded,
         "budget_gib": None if plan.budget_gib is None else _gib(plan.budget_gib),
         "memory_gib": profile.memory_gib,
         "fits": plan.fits,
@@ -148,6 +163,10 @@ def plan_table(plan: MemoryPlan) -> str:
         f"memory plan for {profile.label} ({profile.name}), {plan.setup.precision}, "
         f"{plan.optimizer}"
     )
+    sharding = plan.setup.sharding
+    if sharding.sharded:
+        gpus = "GPU" if sharding.world_size == 1 else "GPUs"
+        head += f"; per device ({sharding.world_size} {gpus}, {sharding.label})"
     if plan.budget_bytes is None:
         budget_line = "budget: none (CPU profile: host memory)"
     else:
@@ -160,7 +179,15 @@ def plan_table(plan: MemoryPlan) -> str:
     val_label = _batch_label(plan.val, plan.val_searched, plan.val_limit, budget)
     train_gib = plan.train.breakdown_gib()
     val_gib = plan.val.breakdown_gib()
-    rows = [[title, f"{train_gib[key]:.3f}", f"{val_gib[key]:.3f}"] for key, title in _ROWS]
+    notes = row_notes(plan.setup.sharding)
+    rows = [
+        [
+            f"{title} ({notes[key]})" if key in notes else title,
+            f"{train_gib[key]:.3f}",
+            f"{val_gib[key]:.3f}",
+        ]
+        for key, title in _ROWS
+    ]
     rows.append(["verdict", _verdict(plan.train.fits(budget)), _verdict(plan.val.fits(budget))])
     rows.append(["peak at", plan.train.peak_at, plan.val.peak_at])
     breakdown = render_table(["GiB", f"train {train_label}", f"val {val_label}"], rows)
@@ -173,6 +200,14 @@ def plan_table(plan: MemoryPlan) -> str:
             lines.append("")
             lines.append(f"what holds the {name} peak ({phase.peak_at}), GiB:")
             lines.append(peak_holders_table(phase))
+        workspace = _largest_workspace(phase)
+        if workspace is not None:
+            lines.append(
+                f"cuDNN workspace at most {workspace.bytes / GIB:.3f} GiB in {workspace.where} "
+                "(max_allocated "
+                f"{phase.predicted_max_allocated / GIB:.2f} GiB with memory to spare; taken only "
+                "from free memory, so not part of the peak)"
+            )
     if plan.remedies:
         lines.append("")
         lines.append(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.cuda_rules import DeviceRules, lazy_module_loading
 from vramkit.core.planner.optimizer_layouts import CONFIGURED, LAYOUTS
+from vramkit.core.planner.sharding import ONE_DEVICE, Sharding
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class RunSetup:
     model_overrides: tuple[tuple[str, str], ...] = ()
     """Model config keys replaced before the module is built: (key under `model`, YAML value),
     e.g. ``(("lora", "{r: 16, ...}"),)`` for a LoRA remedy."""
+    sharding: Sharding = ONE_DEVICE
+    """The strategy and world size: the plan is per device of a data-parallel run (`sharding`);
+    the default is one process holding everything."""
 
     def __post_init__(self) -> None:
         if self.optimizer not in LAYOUTS:

@@ -21,6 +21,7 @@ from vramkit.core.planner.batches import PhaseSamples, sample_batches
 from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan
 from vramkit.core.planner.remedies import Remedy, propose_remedies
 from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.sharding import Sharding, sharding_of
 from vramkit.core.planner.subject import swap_eight_bit_optimizer
 from vramkit.core.units import GIB
 
@@ -99,6 +100,24 @@ def _trainer_length(cfg: DictConfig) -> tuple[int, int]:
     return int(max_epochs), int(max_steps) if max_steps is not None else -1
 
 
+def run_sharding(cfg: DictConfig, profile: HardwareProfile) -> Sharding:
+    """How `cfg`'s trainer spreads the run: its strategy on `devices × num_nodes` processes.
+
+    The trainer's own integer `devices` / `num_nodes` (e.g. trainer=ddp_sim's 2 processes) win
+    over the profile's; interpolations of the profile are not resolved here (that would plan).
+    """
+    trainer = cfg.get("trainer")
+    if not isinstance(trainer, DictConfig):
+        return sharding_of({}, profile.world_size)  # Lightning's "auto"
+    raw = OmegaConf.to_container(trainer, resolve=False)
+    devices = raw.get("devices")
+    nodes = raw.get("num_nodes")
+    world = (devices if isinstance(devices, int) else profile.devices) * (
+        nodes if isinstance(nodes, int) else profile.num_nodes
+    )
+    return sharding_of(raw, world)
+
+
 def plan_task(
     cfg: DictConfig,
     profile: HardwareProfile,
@@ -118,7 +137,9 @@ def plan_task(
     started = time.perf_counter()
     if setup is None:
         offload = OmegaConf.select(cfg, "callbacks.activation_offload.enabled", default=False)
-        setup = RunSetup.from_profile(profile).replace(activation_offload=bool(offload))
+        setup = RunSetup.from_profile(profile).replace(
+            activation_offload=bool(offload), sharding=run_sharding(cfg, profile)
+        )
     budget = None if profile.budget_gib is None else int(profile.budget_gib * GIB)
     if budget is None and (train_batch_size is None or val_batch_size is None):
         raise ValueError(

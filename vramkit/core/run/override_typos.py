@@ -65,6 +65,11 @@ def _below(override: str, key: str) -> bool:
 
 
 def _hint(cfg: DictConfig, unknown: str) -> str | None:
+    if unknown == "hw" and "hw" not in cfg:
+        return (
+            "hint: no hardware profile was chosen, so hw.* keys go on top of the detected one "
+            "with a plus (+hw.batch_size=8), or after a profile (+hw=t4 hw.batch_size=8)"
+        )
     parent_key, _, name = unknown.rpartition(".")
     parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
     if not isinstance(parent, DictConfig):

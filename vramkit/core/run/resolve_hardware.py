@@ -238,7 +238,8 @@ def resolve_batch_sizes(
 
     "auto" takes `batch_size_defaults.train` / `batch_size_defaults.val` (positive ints);
     a set `target_effective_batch` gives accumulate_grad_batches =
-    ceil(target / (batch_size × devices)). Prints one line for each of the two decisions.
+    ceil(target / (batch_size × devices × num_nodes)). Prints one line for each of the two
+    decisions.
     """
     updates: dict[str, int] = {}
     for field, data_key in _DATA_DEFAULTS:
@@ -256,11 +257,12 @@ def resolve_batch_sizes(
     target = profile.target_effective_batch
     if target is None:
         return profile
-    per_step = profile.batch_size * profile.devices
+    per_step = profile.batch_size * profile.world_size
     accumulate = math.ceil(target / per_step)
+    nodes = f" × {profile.num_nodes} nodes" if profile.num_nodes > 1 else ""
     line = (
         f"target_effective_batch {target} → accumulate_grad_batches {accumulate} "
-        f"({profile.batch_size} per device × {profile.devices} device(s) × {accumulate} "
+        f"({profile.batch_size} per device × {profile.devices} device(s){nodes} × {accumulate} "
         f"= {per_step * accumulate})"
     )
     if profile.accumulate_grad_batches not in (1, accumulate):

@@ -31,6 +31,8 @@ from vramkit.core.run.run_record import RECORD_NAME
 
 CHANGES = "changes training"
 NEUTRAL = "does not change training"
+RUN_FOLDER = "run folder"
+"""The kind of a neutral difference that is only each run's own folder inside a path."""
 
 # Key prefixes whose values never change what is learned (first match wins, before the rules below).
 _NEUTRAL_PREFIXES = (
@@ -206,7 +208,10 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any], records=({}, {})) -> Run
         if key == "trainer.sync_batchnorm":
             result.differences.append(_sync_batchnorm(a, b))
             continue
-        result.differences.append(_classify(key, before, after, same_global_batch))
+        difference = _classify(key, before, after, same_global_batch)
+        if difference.verdict == NEUTRAL and _only_run_folder(before, after, a, b):
+            difference = KeyDifference(key, before, after, NEUTRAL, RUN_FOLDER)
+        result.differences.append(difference)
     result.environment = _record_differences(*records)
     return result
 
@@ -222,6 +227,17 @@ def _classify(key: str, before: Any, after: Any, same_global_batch: bool) -> Key
         return KeyDifference(key, before, after, CHANGES, "loss and its weights")
     kind = next((name for prefix, name in _KINDS if key.startswith(prefix)), "unknown key")
     return KeyDifference(key, before, after, CHANGES, kind)
+
+
+def _only_run_folder(before: Any, after: Any, a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Both values are paths that differ only by each run's own folder (`paths.output_dir`):
+    every pair of runs has a handful of these, and listing them hides the differences that
+    matter."""
+    folder_a, folder_b = a.get("paths.output_dir"), b.get("paths.output_dir")
+    if not all(isinstance(value, str) for value in (before, after, folder_a, folder_b)):
+        return False
+    moved = before.replace(folder_a, folder_b)
+    return folder_a != folder_b and folder_a in before and moved == after
 
 
 def _sync_batchnorm(a: Mapping[str, Any], b: Mapping[str, Any]) -> KeyDifference:
@@ -266,9 +282,13 @@ def report(comparison: RunComparison, names: tuple[str, str]) -> str:
     lines = [f"comparing {names[0]} -> {names[1]}"]
     for verdict in (CHANGES, NEUTRAL):
         rows = [d for d in comparison.differences if d.verdict == verdict]
+        listed = [d for d in rows if d.kind != RUN_FOLDER]
+        folder_only = len(rows) - len(listed)
         if rows:
             lines.append(f"{verdict}:")
-            lines += [f"  {d.key}: {d.before!r} -> {d.after!r}  [{d.kind}]" for d in rows]
+            lines += [f"  {d.key}: {d.before!r} -> {d.after!r}  [{d.kind}]" for d in listed]
+        if folder_only:
+            lines.append(f"  {folder_only} path(s) differ only by each run's own folder")
     before, after = comparison.global_batch
     if before != after or any(d.kind == "global batch" for d in comparison.differences):
         lines.append(f"global batch: {before} -> {after}")

@@ -10,6 +10,11 @@ writes into ``<run>`` again, with its own config records beside the first ones.
 Under SLURM the folder is named after the job (``slurm-<job id>[_<array task>]``), and a requeued
 job (``SLURM_RESTART_COUNT`` >= 1) gets its folder back, where Lightning's requeue checkpoint
 (``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``) and ``last.ckpt`` wait for it.
+
+A multirun job's folder is ``<sweep folder>/<job number>``; a job that submitit requeues
+(``hydra/launcher=slurm``) gets it back because the sweep folder was resolved once, before the
+jobs were pickled, and travels in the launcher's config with its resolver cache
+(:mod:`vramkit.core.run.requeue`).
 """
 
 from __future__ import annotations

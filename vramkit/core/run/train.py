@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vramkit.core.callbacks.working_set import keep_working_callbacks
 from vramkit.core.config.added_keys import check_added_keys
@@ -20,6 +21,7 @@ from vramkit.core.distributed.sync_batchnorm import cpu_sync_batchnorm_arguments
 from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.fit_to_budget import write_fit_decision
 from vramkit.core.run.loggers import finish_wandb, log_config
+from vramkit.core.run.requeue import requeued_checkpoint
 from vramkit.core.run.resolve_hardware import resolve_hardware
 from vramkit.core.run.run_folder import RUN_CONFIG, record_name
 from vramkit.core.run.run_record import RECORD_NAME, write_run_record
@@ -43,6 +45,11 @@ def train(cfg: DictConfig) -> float | None:
     fit_records: list[dict] = []
     profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), fit_records=fit_records)
     log.info("Hardware profile\n%s", describe_profile(profile))
+    requeued = requeued_checkpoint(cfg, os.environ)
+    if requeued is not None:  # recorded in the run's config like a resume the user asked for
+        log.warning("a requeued job: resuming from %s", requeued)
+        with open_dict(cfg):
+            cfg.ckpt_path = str(requeued)
     _record_config(cfg, Path(cfg.paths.output_dir), fit_records)
 
     if cfg.get("seed") is not None:

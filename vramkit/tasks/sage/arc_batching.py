@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from vramkit.core.data.loaders import build_loader
+from vramkit.core.data.sample_seeds import SampleKey, mixed_seed
 from vramkit.tasks.sage.grid_tokens import NO_POSITION, PAD
 
 # sequence fields and the value that pads them; every other field has a fixed shape
@@ -47,53 +48,72 @@ def collate_grid_items(items: Sequence[dict[str, torch.Tensor]]) -> dict[str, to
     return batch
 
 
-class LengthBucketBatchSampler(Sampler[list[int]]):
-    """Batches of indices with similar ``lengths``.
+class LengthBucketBatchSampler(BatchSampler):
+    """Batches of the indices ``sampler`` yields, grouped by similar ``lengths``, resumable at any
+    batch.
 
-    With ``shuffle``, the indices are shuffled (torch's global generator, so runs seeded with
-    ``seed_everything`` repeat), cut into pools of ``pool_batches`` batches, each pool sorted by
-    length and cut into batches, and the batches shuffled. Without it, batches follow the length
-    order, which is deterministic.
+    With ``shuffle``, the indices are shuffled, cut into pools of ``pool_batches`` batches, each
+    pool sorted by length and cut into batches, and the batches shuffled; every draw comes from a
+    generator seeded by (``seed``, epoch), and each index arrives as a
+    :class:`~vramkit.core.data.sample_seeds.SampleKey` whose seed is (``seed``, epoch, index),
+    so an epoch's batches and every example's augmentation are the same in a straight run and
+    in one resumed in the middle of the epoch (a
+    :class:`~vramkit.core.data.resumable_loader.ResumableOrder`, counted in batches). Without
+    ``shuffle``, batches follow the length order, which is deterministic.
+
+    It is a ``BatchSampler`` whose first argument is the ``sampler``, so under DDP Lightning
+    re-creates it around its ``DistributedSampler`` (``lightning/pytorch/utilities/data.py``,
+    ``_dataloader_init_kwargs_resolve_sampler``) and each process buckets its own share.
     """
 
     def __init__(
         self,
-        lengths: Sequence[int],
+        sampler: Sampler[int] | Sequence[int],
         batch_size: int,
-        *,
-        shuffle: bool,
         drop_last: bool = False,
+        *,
+        lengths: Sequence[int],
+        shuffle: bool,
+        seed: int = 0,
         pool_batches: int = 50,
     ) -> None:
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        super().__init__(sampler, batch_size, drop_last)
         self.lengths = torch.as_tensor(lengths, dtype=torch.long)
-        self.batch_size = batch_size
         self.shuffle = shuffle
-        self.drop_last = drop_last
+        self.seed = seed
+        self.epoch = 0
         self.pool_batches = pool_batches
+        self._start = 0  # batch the next pass starts at (a resumed epoch)
 
-    def __len__(self) -> int:
-        count = len(self.lengths)
-        if self.drop_last:
-            return count // self.batch_size
-        return -(-count // self.batch_size)
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of ``epoch`` from the next pass on (Lightning calls it every epoch)."""
+        self.epoch = epoch
+        if callable(getattr(self.sampler, "set_epoch", None)):
+            self.sampler.set_epoch(epoch)  # a DistributedSampler shuffles per epoch
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def start_next_pass_at(self, position: int) -> None:
+        """Skip the first ``position`` batches of the next pass only."""
+        self._start = position
+
+    def __iter__(self) -> Iterator[list[SampleKey] | list[int]]:
+        start, self._start = self._start, 0
+        indices = torch.as_tensor(list(self.sampler), dtype=torch.long)
         if not self.shuffle:
-            order = torch.argsort(self.lengths, stable=True)
-            yield from self._cut(order)
+            order = indices[torch.argsort(self.lengths[indices], stable=True)]
+            yield from self._cut(order)[start:]
             return
-        order = torch.randperm(len(self.lengths))
+        epoch = self.epoch
+        generator = torch.Generator().manual_seed(mixed_seed(self.seed, epoch))
+        order = indices[torch.randperm(len(indices), generator=generator)]
         pool = self.batch_size * self.pool_batches
         batches = []
-        for start in range(0, len(order), pool):
-            chunk = order[start : start + pool]
+        for first in range(0, len(order), pool):
+            chunk = order[first : first + pool]
             chunk = chunk[torch.argsort(self.lengths[chunk], stable=True)]
             # pools hold whole batches, so only the last pool can end in a short one
             batches.extend(self._cut(chunk))
-        for index in torch.randperm(len(batches)).tolist():
-            yield batches[index]
+        for index in torch.randperm(len(batches), generator=generator).tolist()[start:]:
+            yield [SampleKey(i, mixed_seed(self.seed, epoch, i)) for i in batches[index]]
 
     def _cut(self, order: torch.Tensor) -> list[list[int]]:
         batches = [
@@ -115,10 +135,14 @@ def grid_loader(
     pin_memory: bool,
     persistent_workers: bool = True,
 ) -> DataLoader:
-    """A loader of length-bucketed, padded grid batches (see :class:`LengthBucketBatchSampler`)."""
+    """A loader of length-bucketed, padded grid batches (see :class:`LengthBucketBatchSampler`),
+    its order seed the run's (``torch.initial_seed()``, set by ``seed_everything``)."""
+    sampler = LengthBucketBatchSampler(
+        range(len(lengths)), batch_size, lengths=lengths, shuffle=shuffle, seed=torch.initial_seed()
+    )
     return build_loader(
         dataset,
-        batch_sampler=LengthBucketBatchSampler(lengths, batch_size, shuffle=shuffle),
+        batch_sampler=sampler,
         num_workers=num_workers,
         pin_memory=pin_memory,
         persistent_workers=persistent_workers,

@@ -106,7 +106,8 @@ class ArcAugmentedDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         example = self.examples[index]
         if self.augment is not None:
-            # torch's generator is seeded per loader worker (and by seed_everything)
+            # the training loader seeds torch's generator per sample (SeededSamples), so an
+            # example's transform is the same with any number of workers and after a resume
             rng = np.random.default_rng(int(torch.randint(2**62, ())))
             transform = random_transform(
                 rng, dihedral=self.augment.dihedral, colours=self.augment.colours
