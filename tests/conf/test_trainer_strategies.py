@@ -13,7 +13,7 @@ from vramkit.core.run.resolvers import register_resolvers
 
 STRATEGIES = {
     "ddp": ("lightning.pytorch.strategies.DDPStrategy", True),
-    "ddp_sim": ("ddp", False),
+    "ddp_sim": ("ddp", True),
     "fsdp": ("lightning.pytorch.strategies.FSDPStrategy", True),
     "deepspeed_zero2": ("lightning.pytorch.strategies.DeepSpeedStrategy", None),
     "deepspeed_zero2_offload": ("lightning.pytorch.strategies.DeepSpeedStrategy", None),

@@ -16,11 +16,13 @@ exactly the batches trained on.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import torch
-from torch.utils.data import DataLoader, Sampler
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
 
 from vramkit.core.data.sample_seeds import SampleKey, mixed_seed
 
@@ -44,21 +46,43 @@ class ResumableOrder(Protocol):
         next pass only."""
 
 
-class EpochOrder(Sampler[SampleKey]):
+class EpochOrder(DistributedSampler):
     """Each of ``size`` samples once per epoch, as :class:`SampleKey` (index and sample seed).
 
     The order is a permutation drawn from (``seed``, epoch) when ``shuffle``, else 0..size-1.
     Lightning calls :meth:`set_epoch` before each epoch (``_set_sampler_epoch``). It draws from
     no global generator, so building or iterating it changes no other random numbers of the run.
+
+    Under data-parallel training (``num_replicas`` processes; by default those of the initialised
+    process group) process ``rank`` takes every ``num_replicas``-th sample of that one order,
+    starting at its rank, as ``DistributedSampler`` does: batch ``k`` of every process together
+    is batch ``k`` of one process with a ``num_replicas`` times larger batch, with the same
+    samples and the same augmentation (the sample seed does not depend on the process). Being a
+    ``DistributedSampler`` keeps Lightning from wrapping it in its own sampler (see
+    ``_requires_distributed_sampler``, ``lightning/pytorch/trainer/connectors/data_connector.py``)
+    whose second shuffle would give the processes another global batch than one process reads.
+    An order that does not divide evenly is padded with its first samples, as there.
     """
 
-    def __init__(self, size: int, *, seed: int, shuffle: bool = True) -> None:
+    def __init__(
+        self,
+        size: int,
+        *,
+        seed: int,
+        shuffle: bool = True,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+    ) -> None:
         if size < 0:
             raise ValueError(f"size must be >= 0, got {size}")
+        if num_replicas is None or rank is None:
+            initialised = dist.is_available() and dist.is_initialized()
+            num_replicas = num_replicas or (dist.get_world_size() if initialised else 1)
+            rank = rank if rank is not None else (dist.get_rank() if initialised else 0)
+        super().__init__(
+            range(size), num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed
+        )
         self.size = size
-        self.seed = seed
-        self.shuffle = shuffle
-        self.epoch = 0
         self._start = 0  # position the next pass starts at (a resumed epoch)
 
     def set_epoch(self, epoch: int) -> None:
@@ -66,23 +90,33 @@ class EpochOrder(Sampler[SampleKey]):
         self.epoch = epoch
 
     def start_next_pass_at(self, position: int) -> None:
-        """Skip the first ``position`` samples of the next pass only."""
+        """Skip the first ``position`` samples of this process's share of the next pass only."""
         self._start = position
 
     def order(self, epoch: int) -> list[int]:
-        """The sample indices of ``epoch`` in the order they are visited."""
+        """The sample indices of ``epoch`` in the order they are visited (all processes)."""
         if not self.shuffle:
             return list(range(self.size))
         generator = torch.Generator().manual_seed(mixed_seed(self.seed, epoch))
         return torch.randperm(self.size, generator=generator).tolist()
 
+    def share(self, epoch: int) -> list[int]:
+        """This process's indices of ``epoch``, in order."""
+        order = self.order(epoch)
+        if self.num_replicas == 1:
+            return order
+        padding = self.total_size - len(order)
+        if padding > 0:
+            order += (order * math.ceil(padding / max(len(order), 1)))[:padding]
+        return order[self.rank : self.total_size : self.num_replicas]
+
     def __len__(self) -> int:
-        return self.size
+        return self.num_samples
 
     def __iter__(self) -> Iterator[SampleKey]:
         epoch, start = self.epoch, self._start
         self._start = 0
-        for index in self.order(epoch)[start:]:
+        for index in self.share(epoch)[start:]:
             yield SampleKey(index, mixed_seed(self.seed, epoch, index))
 
 
@@ -92,8 +126,11 @@ class ResumableDataLoader(DataLoader):
     :class:`ResumableOrder` ``batch_sampler``.
 
     Its ``__init__`` is DataLoader's own, so Lightning can re-create it with another sampler
-    (distributed training); with a sampler that is not a :class:`ResumableOrder` its state is
-    empty and a resumed epoch starts from its first batch, as a plain DataLoader would.
+    (it does not for an :class:`EpochOrder`, which shards itself under DDP and keeps its
+    position there too); with a sampler that is not a :class:`ResumableOrder` its state is
+    empty and a resumed epoch starts from its first batch, as a plain DataLoader would. A
+    position is counted in this process's share: resume with the number of processes that
+    saved it.
     """
 
     _batches_done = 0  # batches handed out in the current pass

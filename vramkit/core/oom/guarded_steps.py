@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from lightning.pytorch.utilities.memory import is_oom_error
 
+from vramkit.core.distributed.rank_zero_logging import EVERY_PROCESS
 from vramkit.core.oom.batch_split import slice_batch
 from vramkit.core.oom.ddp_touch import touch_every_parameter
 from vramkit.core.oom.give_up import give_up
@@ -226,7 +227,7 @@ class _StepRunner(abc.ABC):
 
     def _say(self, message: str, *args: Any) -> None:
         # Each process recovers alone, so each says what it did.
-        log.warning(message, *args)
+        log.warning(message, *args, extra=EVERY_PROCESS)
 
     @abc.abstractmethod
     def _say_split(self, micro_batch: int) -> None:

@@ -16,6 +16,8 @@ from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.core.config.monitored_metrics import check_monitored_metrics
 from vramkit.core.config.source import command_line_overrides
 from vramkit.core.config.trainer_schema import check_trainer
+from vramkit.core.distributed.rank_zero_logging import quiet_other_processes
+from vramkit.core.distributed.sync_batchnorm import cpu_sync_batchnorm_arguments
 from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.fit_to_budget import write_fit_decision
 from vramkit.core.run.loggers import finish_wandb, log_config
@@ -34,6 +36,7 @@ def train(cfg: DictConfig) -> float | None:
     Returns the value of ``cfg.optimized_metric`` for the best checkpoint (or the last epoch when
     no checkpoint ranks them), which is what a Hydra sweep optimises.
     """
+    quiet_other_processes()  # a DDP process of rank > 0 repeats rank 0's lines
     # Mistakes first, then hardware: a bad value, a misspelt key or a profile the machine cannot
     # honour must stop the run before any planning, data or model work.
     check_trainer(cfg.trainer)
@@ -56,7 +59,9 @@ def train(cfg: DictConfig) -> float | None:
     model = instantiate(cfg.model)
     callbacks = instantiate_group(cfg.get("callbacks"))
     loggers = instantiate_group(cfg.get("logger"))
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    trainer: L.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, **_layer_sync(cfg.trainer)
+    )
     # callbacks with nothing to do in this run would cost every step
     keep_working_callbacks(trainer, datamodule)
     try:
@@ -69,6 +74,14 @@ def train(cfg: DictConfig) -> float | None:
     if cfg.get("train", True):
         _log_summary(trainer)  # last, after the loggers' own closing output
     return result
+
+
+def _layer_sync(trainer: DictConfig) -> dict:
+    # torch's SyncBatchNorm refuses CPU tensors: CPU processes (trainer=ddp_sim) get ours
+    if not cpu_sync_batchnorm_arguments(trainer, []):
+        return {}
+    plugins = [instantiate(node) for node in trainer.get("plugins") or []]
+    return cpu_sync_batchnorm_arguments(trainer, plugins)
 
 
 @rank_zero_only
