@@ -20,6 +20,7 @@ before the speed work, for comparison.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -29,7 +30,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from benchmarks.record import REPO_ROOT, write_result
+from benchmarks.record import REPO_ROOT, RESULTS_DIR, write_result
 
 CASES = {
     "default": ("+hw=t4",),
@@ -87,6 +88,15 @@ def measure(case: str, runs: int) -> dict:
     }
 
 
+def _earlier_cases(cases: set[str]) -> dict:
+    """The last result file's numbers for `cases` (a `--case` run keeps the other case's)."""
+    path = RESULTS_DIR / "plan_speed.json"
+    if not cases or not path.is_file():
+        return {}
+    earlier = json.loads(path.read_text())["results"]
+    return {case: earlier[case] for case in sorted(cases) if case in earlier}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure the cases asked for (both by default) and write the result file."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.plan_speed", description=__doc__)
@@ -94,14 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="repeatable")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    numbers: dict = {}
+    numbers = _earlier_cases(set(CASES) - set(args.case or CASES))
     for case in args.case or list(CASES):
         numbers[case] = measure(case, args.runs)
         print(f"{case}: median {numbers[case]['median_cpu_s']} s CPU {numbers[case]['cpu_s']}")
     numbers["before"] = BEFORE
-    numbers["targets_met"] = all(
-        value["meets_target"] for key, value in numbers.items() if key in CASES
-    )
+    numbers["targets_met"] = all(numbers.get(case, {}).get("meets_target") for case in CASES)
     print(write_result("plan_speed", numbers, started=started))
     return 0
 
