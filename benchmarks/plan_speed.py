@@ -39,11 +39,14 @@ CASES = {
 TARGET_CPU_S = {"default": 10.0, "phi": 60.0}
 BEFORE = {
     "commit": "bc2946d",
-    "cpu_s": {"default": [14.62, 15.11, 32.90], "phi": [73.08, 71.05, 71.22]},
-    "median_cpu_s": {"default": 15.11, "phi": 71.22},
+    "cpu_s": {"default": [22.43, 22.57, 22.02], "phi": [113.91]},
+    "median_cpu_s": {"default": 22.43, "phi": 113.91},
     "note": (
-        "3 runs each with /usr/bin/time on the same 2-core machine under load; the default "
-        "task's first run (32.90 s) also rendered the synthetic data set (prepare_data)"
+        "/usr/bin/time, run in turn with this branch's plan_memory.py on the same loaded 2-core "
+        "machine (load 6-7.5): CPU time grows with the load, so only numbers taken side by side "
+        "compare. On a quieter machine (load about 1-2) the same commit took 14.62 / 15.11 s "
+        "(default; 32.90 s on a fresh checkout, which also renders the synthetic data) and "
+        "69.1-71.3 s (Phi-1.5, 3 runs)."
     ),
 }
 _TRACES = re.compile(r"\((\d+) traces in")
@@ -94,7 +97,11 @@ def _earlier_cases(cases: set[str]) -> dict:
     if not cases or not path.is_file():
         return {}
     earlier = json.loads(path.read_text())["results"]
-    return {case: earlier[case] for case in sorted(cases) if case in earlier}
+    return {
+        case: {**earlier[case], "before_median_cpu_s": BEFORE["median_cpu_s"][case]}
+        for case in sorted(cases)
+        if case in earlier
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
