@@ -23,6 +23,7 @@ BENCHMARKS = (
     "step_overhead",
     "validation_ratio",
     "planner_field",
+    "plan_speed",
     "inference",
 )
 
@@ -76,6 +77,13 @@ def _headline(name: str, results: dict) -> tuple[str, str, bool]:
             f"{results['oom_verdicts_correct']}/{results['oom_cases']})",
             f"<= {results['target_median_abs_error_pct']:.0f}% / "
             f"{results['target_worst_abs_error_pct']:.0f}%",
+            results["targets_met"],
+        )
+    if name == "plan_speed":
+        return (
+            f"plan CPU {results['default']['median_cpu_s']} s default, "
+            f"{results['phi']['median_cpu_s']} s Phi-1.5 with remedies",
+            f"<= {results['default']['target_cpu_s']:g} / {results['phi']['target_cpu_s']:g} s",
             results["targets_met"],
         )
     if name == "inference":

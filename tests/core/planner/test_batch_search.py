@@ -47,3 +47,21 @@ def test_nothing_fits_and_everything_fits():
     peak, calls = counting(lambda size: 100)
     assert largest_fitting(peak, budget=500, upper=64) == 64
     assert len(calls) <= 3
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_upper_first_gives_the_same_answer(seed):
+    rng = random.Random(seed)
+    lines = [(rng.randint(0, 5000), rng.randint(0, 60)) for _ in range(rng.randint(1, 4))]
+    curve = lambda size: max(a + b * size for a, b in lines)  # noqa: E731
+    budget = rng.randint(2000, 30_000)
+    upper = rng.randint(1, 3000)
+    assert largest_fitting(curve, budget, upper, upper_first=True) == brute_force(
+        curve, budget, upper
+    )
+
+
+def test_upper_first_settles_a_set_that_fits_whole_in_one_evaluation():
+    peak, calls = counting(lambda size: 1000 + 3 * size)
+    assert largest_fitting(peak, budget=10_000, upper=100, upper_first=True) == 100
+    assert calls == [100]

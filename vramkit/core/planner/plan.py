@@ -250,24 +250,39 @@ class MemoryPlanner:
         )
 
     def largest_batch_size(
-        self, phase: str, setup: RunSetup, budget_bytes: int, upper: int
+        self,
+        phase: str,
+        setup: RunSetup,
+        budget_bytes: int,
+        upper: int,
+        *,
+        upper_first: bool = False,
     ) -> tuple[int, PhasePlan]:
         """The largest batch size in 1..`upper` whose peak fits `budget_bytes`, and its plan.
 
-        Returns 0 and the plan at batch size 1 when not even one sample fits.
+        Returns 0 and the plan at batch size 1 when not even one sample fits. `upper_first`
+        traces `upper` before 1 (see `largest_fitting`); the answer is the same either way.
         """
         best = largest_fitting(
-            lambda size: self.measure(phase, size, setup).peak, budget_bytes, upper
+            lambda size: self.measure(phase, size, setup).peak,
+            budget_bytes,
+            upper,
+            upper_first=upper_first,
         )
         return best, self.measure(phase, max(best, 1), setup)
 
 
-def largest_fitting(peak_of: Callable[[int], int], budget: int, upper: int) -> int:
-    """The largest size in 1..`upper` with `peak_of(size) <= budget`, for a convex `peak_of`.
+def largest_fitting(
+    peak_of: Callable[[int], int], budget: int, upper: int, *, upper_first: bool = False
+) -> int:
+    """The largest size in 1..`upper` with `peak_of(size) <= budget`, for a convex `peak_of`
+    that grows with the size.
 
     0 when size 1 does not fit. Evaluates `peak_of` as few times as the curve allows: 1, then
     `upper` (a validation set smaller than what fits ends the search there), then points
     inside the bracket that the chord and the secant leave open; straight lines take three.
+    With `upper_first`, `upper` is evaluated before 1: one evaluation instead of two when
+    everything fits (a small validation set), one more when nothing does.
     """
     if upper < 1:
         raise ValueError(f"upper must be >= 1, got {upper}")
@@ -278,6 +293,8 @@ def largest_fitting(peak_of: Callable[[int], int], budget: int, upper: int) -> i
             peaks[size] = peak_of(size)
         return peaks[size] <= budget
 
+    if upper_first and fits(upper):
+        return upper  # the peak grows with the size: every smaller size fits too
     if not fits(1):
         return 0
     if upper == 1 or fits(upper):

@@ -19,6 +19,7 @@ from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.hardware.settled import mark_settled
 from vramkit.core.planner.batches import PhaseSamples, sample_batches
 from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan
+from vramkit.core.planner.recorder import GRADIENTS, OPTIMIZER_STATE, PARAMETERS
 from vramkit.core.planner.remedies import Remedy, propose_remedies
 from vramkit.core.planner.run_setup import RunSetup
 from vramkit.core.planner.sharding import Sharding, sharding_of
@@ -118,6 +119,12 @@ def run_sharding(cfg: DictConfig, profile: HardwareProfile) -> Sharding:
     return sharding_of(raw, world)
 
 
+def _resident(plan: PhasePlan) -> int:
+    """Parameters, gradients and optimizer state at `plan`'s peak (bytes)."""
+    held = plan.allocated
+    return held[PARAMETERS] + held[GRADIENTS] + held[OPTIMIZER_STATE]
+
+
 def plan_task(
     cfg: DictConfig,
     profile: HardwareProfile,
@@ -159,14 +166,20 @@ def plan_task(
         max_steps=max_steps,
     )
 
-    def phase(name: str, requested: int | None, limit: int | None) -> PhasePlan:
+    def phase(
+        name: str, requested: int | None, limit: int | None, upper_first: bool = False
+    ) -> PhasePlan:
         if requested is not None:
             return planner.measure(name, requested, setup)
-        _, plan = planner.largest_batch_size(name, setup, budget, limit or _UNBOUNDED_BATCH)
+        _, plan = planner.largest_batch_size(
+            name, setup, budget, limit or _UNBOUNDED_BATCH, upper_first=upper_first
+        )
         return plan
 
     train = phase(TRAIN, train_batch_size, samples.train_size)
-    val = phase(VAL, val_batch_size, samples.val_size)
+    # Validation keeps the training state resident. When that state leaves room, a validation
+    # set often fits whole: tracing its full size first then settles the search in one trace.
+    val = phase(VAL, val_batch_size, samples.val_size, upper_first=_resident(train) < (budget or 0))
     remedies: list[Remedy] = []
     over = budget is not None and (train.peak > budget or val.peak > budget)
     if with_remedies and over:

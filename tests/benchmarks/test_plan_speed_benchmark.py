@@ -1,0 +1,39 @@
+"""The plan-speed benchmark: its median, verdict and headline, without running a plan."""
+
+from __future__ import annotations
+
+from benchmarks import plan_speed, run_all
+
+
+def test_median_and_verdict_come_from_the_timed_runs(monkeypatch):
+    calls = []
+    times = iter([(99.0, 2), (12.0, 4), (9.0, 4), (9.5, 4)])  # the first run is not timed
+
+    def fake_run(case, *extra):
+        calls.append((case, extra))
+        return next(times)
+
+    monkeypatch.setattr(plan_speed, "run_once", fake_run)
+    result = plan_speed.measure("default", runs=3)
+    assert calls[0] == ("default", ("--no-remedies",))
+    assert result["cpu_s"] == [12.0, 9.0, 9.5]
+    assert result["median_cpu_s"] == 9.5
+    assert result["meets_target"] is True
+    assert result["traces"] == 4
+
+
+def test_the_traces_count_is_read_from_the_plan_footer():
+    footer = "(4 traces in 14.4 s; traced with torch 2.13.0+cpu, transformers 5.24.0)"
+    assert plan_speed._TRACES.search(footer).group(1) == "4"
+
+
+def test_make_bench_headline_shows_both_cases():
+    results = {
+        "default": {"median_cpu_s": 12.3, "target_cpu_s": 10.0},
+        "phi": {"median_cpu_s": 55.0, "target_cpu_s": 60.0},
+        "targets_met": False,
+    }
+    value, target, met = run_all._headline("plan_speed", results)
+    assert "12.3 s default" in value and "55.0 s Phi-1.5" in value
+    assert target == "<= 10 / 60 s"
+    assert met is False
