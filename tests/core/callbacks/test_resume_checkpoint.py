@@ -187,3 +187,9 @@ def test_step_writes_wait_for_the_minimum_interval(tmp_path, monkeypatch):
     # 5 is no multiple of 2; 6 is the first multiple 30 s after the start, 10 the first 30 s
     # after the write at 6 (40 s)
     assert written == [6, 10]
+
+
+def test_the_state_key_is_modelcheckpoints_built_once(tmp_path):
+    callback = ResumeCheckpoint(dirpath=str(tmp_path))
+    assert callback.state_key == ModelCheckpoint.state_key.fget(callback)
+    assert callback.state_key is callback.state_key

@@ -104,6 +104,16 @@ class ResumeCheckpoint(ModelCheckpoint):
         self._stopped_in_epoch: int | None = None  # epoch whose stop state last.ckpt holds
 
     @property
+    def state_key(self) -> str:
+        """``ModelCheckpoint``'s key, built once: Lightning reads it at every hook call (for its
+        profiler's action name), and ModelCheckpoint builds it from five settings each time,
+        none of which changes after ``__init__``."""
+        key = self.__dict__.get("_state_key")
+        if key is None:
+            key = self.__dict__["_state_key"] = super().state_key
+        return key
+
+    @property
     def path(self) -> Path:
         """The checkpoint file."""
         return Path(str(self.dirpath)) / f"{self.filename}{self.FILE_EXTENSION}"
@@ -122,7 +132,10 @@ class ResumeCheckpoint(ModelCheckpoint):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        if not self._writes(trainer):
+        # Runs every step, so the cheapest checks come first. Training batches run only in a
+        # fit and never in the sanity check, so of `_writes` only fast_dev_run can say no here
+        # (its enum comparisons cost more than the rest of this hook).
+        if trainer.fast_dev_run:
             return
         if self.stop_signals.received is not None:
             self._stop_on_signal(trainer)
@@ -133,8 +146,8 @@ class ResumeCheckpoint(ModelCheckpoint):
             return
         if (
             self.every_n_steps
-            and trainer.global_step % self.every_n_steps == 0
             and time.monotonic() - self._written_at >= self.min_interval_s
+            and trainer.global_step % self.every_n_steps == 0
         ):
             self._write(trainer, f"every {self.every_n_steps} steps")
 
