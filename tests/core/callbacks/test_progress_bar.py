@@ -131,4 +131,5 @@ def test_on_a_console_that_is_no_terminal_the_bar_moves_only_after_the_last_batc
     monkeypatch.setattr("vramkit.core.callbacks.progress_bar.time.monotonic", lambda: next(clock))
     bar = RunProgressBar(refresh_rate=10, console_kwargs={"file": io.StringIO()})  # a file
     _fit(bar, max_epochs=2)
-    assert moves == [3, 3]
+    assert moves == [3, 3]  # each epoch's final position, set at its end
+    assert bar.on_train_batch_end is None, "Lightning calls no batch hook of a bar not shown live"

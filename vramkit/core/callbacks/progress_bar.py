@@ -58,7 +58,8 @@ class RunProgressBar(RichProgressBar):
     for a screen that redraws ten times a second. Where the console is no terminal (output to a
     file or a pipe: a batch job, ``nohup``), Rich shows nothing until the bar stops, yet each
     refresh still builds the whole bar (about 0.5 ms of CPU, up to ``refresh_rate`` times a
-    second on Lightning's refresh thread): there the bar moves only after a phase's last batch.
+    second on Lightning's refresh thread): there the bar moves only at the end of a phase, and
+    the training batches call no hook of it.
 
     Args:
         refresh_rate: redraws per second (0 hides the bar).
@@ -97,6 +98,13 @@ class RunProgressBar(RichProgressBar):
         self._total_steps = trainer.estimated_stepping_batches  # of the whole fit, from step 0
         self._cached = None
         self._live = self._shown_live()
+        # Lightning calls a callback's batch hook on every batch, about 10 us even when it
+        # returns at once, unless the hook is not callable (working_set.py): a bar that nobody
+        # sees move needs only each epoch's final position (on_train_epoch_end).
+        if self._live:
+            self.__dict__.pop("on_train_batch_end", None)
+        else:
+            self.on_train_batch_end = None  # type: ignore[method-assign,assignment]
 
     def _shown_live(self) -> bool:
         """Whether the console redraws the bar as it moves: a terminal or a notebook."""
@@ -109,6 +117,11 @@ class RunProgressBar(RichProgressBar):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._cached = None  # the epoch's final numbers, not a reading from half a second ago
+        if not self._live and self.is_enabled:
+            # no batch hook moved it (on_train_start): the epoch's final position
+            RichProgressBar.on_train_batch_end(
+                self, trainer, pl_module, None, None, trainer.fit_loop.epoch_loop.batch_idx
+            )
         super().on_train_epoch_end(trainer, pl_module)
 
     def on_train_batch_end(
