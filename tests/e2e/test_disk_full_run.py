@@ -25,6 +25,7 @@ def test_a_full_disk_ends_the_run_with_its_message_and_keeps_the_last_checkpoint
         "trainer.max_epochs=2",
         "data.num_workers=0",
         "callbacks.last_checkpoint.every_n_train_steps=2",
+        "callbacks.last_checkpoint.min_interval_s=0",
         "+callbacks.drill._target_=drill_callbacks.FillDisk",
         "+callbacks.drill.step=3",  # after the write at step 2, before the one at step 4
     )

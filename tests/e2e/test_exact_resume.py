@@ -38,6 +38,7 @@ TINY = (
     "trainer.max_time=null",  # a wall-clock limit would make the runs differ
     "batch_size_defaults.val=2",
     "callbacks.last_checkpoint.every_n_train_steps=1",
+    "callbacks.last_checkpoint.min_interval_s=0",
     "callbacks.progress_bar.refresh_rate=0",
 )
 
@@ -186,6 +187,7 @@ SAGE_TINY = (
     f"trainer.max_epochs={EPOCHS}",
     "trainer.max_time=null",
     "callbacks.last_checkpoint.every_n_train_steps=1",
+    "callbacks.last_checkpoint.min_interval_s=0",
     "callbacks.progress_bar.refresh_rate=0",
 )
 SAGE_TRAIN_BATCHES = 6

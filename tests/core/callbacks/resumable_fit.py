@@ -75,7 +75,11 @@ def fit(
     """Fit from seed 0 with the resume callbacks (checkpoints in ``folder``); the trainer, model."""
     L.seed_everything(0, verbose=False)
     model = DropoutRegression()
-    resume = [ResumeCheckpoint(dirpath=str(folder), every_n_train_steps=every_n_train_steps)]
+    resume = [
+        ResumeCheckpoint(
+            dirpath=str(folder), every_n_train_steps=every_n_train_steps, min_interval_s=0
+        )
+    ]
     resume += [LoaderPosition()] + ([RandomState()] if restore_random_state else [])
     trainer = L.Trainer(
         accelerator="cpu",

@@ -113,7 +113,23 @@ def test_the_bar_moves_at_most_refresh_rate_times_a_second_and_after_the_last_ba
 
     monkeypatch.setattr(L.pytorch.callbacks.RichProgressBar, "on_train_batch_end", counted)
     monkeypatch.setattr("vramkit.core.callbacks.progress_bar.time.monotonic", lambda: 100.0)
-    bar = RunProgressBar(refresh_rate=10, console_kwargs={"file": io.StringIO()})
+    terminal = {"file": io.StringIO(), "force_terminal": True}
+    bar = RunProgressBar(refresh_rate=10, console_kwargs=terminal)
     _fit(bar, max_epochs=2)  # 4 batches per epoch, all at the same instant
     # the first batch of the run, then only each epoch's last: no time has passed in between
     assert moves == [0, 3, 3]
+
+
+def test_on_a_console_that_is_no_terminal_the_bar_moves_only_after_the_last_batch(monkeypatch):
+    moves: list[int] = []
+
+    def counted(self, trainer, pl_module, outputs, batch, batch_idx):
+        moves.append(batch_idx)
+
+    monkeypatch.setattr(L.pytorch.callbacks.RichProgressBar, "on_train_batch_end", counted)
+    clock = iter(range(0, 1000))  # a second passes at every reading: always due on a terminal
+    monkeypatch.setattr("vramkit.core.callbacks.progress_bar.time.monotonic", lambda: next(clock))
+    bar = RunProgressBar(refresh_rate=10, console_kwargs={"file": io.StringIO()})  # a file
+    _fit(bar, max_epochs=2)
+    assert moves == [3, 3]  # each epoch's final position, set at its end
+    assert bar.on_train_batch_end is None, "Lightning calls no batch hook of a bar not shown live"

@@ -37,3 +37,23 @@ def test_the_callback_restores_at_train_start_not_at_load():
     assert _draws() != expected, "nothing is restored before training starts"
     callback.on_train_start(None, None)
     assert _draws() == expected
+
+
+def test_a_checkpoint_from_before_the_states_became_tensors_still_restores():
+    random.seed(2), np.random.seed(2)
+    name, keys, position, has_gauss, cached = np.random.get_state()
+    old_format = {
+        "python": random.getstate(),
+        "numpy": (name, keys.tolist(), int(position), int(has_gauss), float(cached)),
+        "torch": torch.get_rng_state(),
+    }
+    expected = _draws()
+    restore_random_state(old_format)
+    assert _draws() == expected
+
+
+def test_the_generator_words_are_one_tensor_each_not_python_ints():
+    # A checkpoint's pickler and size estimate visit every Python object it holds.
+    state = capture_random_state()
+    assert isinstance(state["python"][1], torch.Tensor)
+    assert isinstance(state["numpy"][1], torch.Tensor)

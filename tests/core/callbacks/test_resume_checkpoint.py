@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
 import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
 from resumable_fit import STEPS_PER_EPOCH, fit, same, weights
 
 from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
@@ -158,6 +161,7 @@ def test_a_slurm_requeue_handler_keeps_sigusr1(tmp_path, monkeypatch):
     ("arguments", "key"),
     [
         ({"every_n_train_steps": 0}, "every_n_train_steps"),
+        ({"min_interval_s": -1}, "min_interval_s"),
         ({"stop_signals": ["SIGTREM"]}, "stop_signals"),
     ],
 )
@@ -216,3 +220,28 @@ def test_submitits_signal_saves_at_the_next_step_then_submitit_requeues(
     assert saved["global_step"] == 2, "the stop's step, saved before submitit's handler ran"
     _, resumed = fit(tmp_path / "resumed", ckpt_path=tmp_path / "last.ckpt")
     assert same(weights(resumed), final)
+
+
+def test_step_writes_wait_for_the_minimum_interval(tmp_path, monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    callback = ResumeCheckpoint(dirpath=str(tmp_path), every_n_train_steps=2, min_interval_s=30)
+    written = []
+    trainer = SimpleNamespace(
+        state=SimpleNamespace(fn=TrainerFn.FITTING), sanity_checking=False, fast_dev_run=False,
+        should_stop=False, global_step=0, current_epoch=0, world_size=2,
+        save_checkpoint=lambda path: written.append(trainer.global_step),
+    )  # fmt: skip
+    callback.on_train_start(trainer, None)  # the clock starts at 0 s
+    for step, seconds in [(2, 10), (4, 29), (5, 35), (6, 40), (8, 60), (10, 71), (12, 80)]:
+        trainer.global_step, now[0] = step, seconds
+        callback.on_train_batch_end(trainer, None, None, None, step - 1)
+    # 5 is no multiple of 2; 6 is the first multiple 30 s after the start, 10 the first 30 s
+    # after the write at 6 (40 s)
+    assert written == [6, 10]
+
+
+def test_the_state_key_is_modelcheckpoints_built_once(tmp_path):
+    callback = ResumeCheckpoint(dirpath=str(tmp_path))
+    assert callback.state_key == ModelCheckpoint.state_key.fget(callback)
+    assert callback.state_key is callback.state_key

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
@@ -18,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 from vramkit.core.callbacks import throughput_monitor as tm
 from vramkit.core.callbacks.throughput_monitor import (
     ThroughputMonitor,
+    _p90,
     peak_tflops_for_precision,
 )
 
@@ -235,3 +237,9 @@ def test_a_compiled_model_is_not_run_under_the_flop_counter(tmp_path, caplog):
     assert monitor.flops_per_batch is None
     assert not _values(_perf_rows(tmp_path), "perf/mfu")
     assert any("compiled model" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 10, 17])
+def test_the_p90_is_numpys_linear_percentile(count):
+    values = [float(v) for v in torch.rand(count, generator=torch.Generator().manual_seed(count))]
+    assert _p90(values) == pytest.approx(float(np.percentile(values, 90)), rel=1e-12)

@@ -55,7 +55,11 @@ class RunProgressBar(RichProgressBar):
     the bar, which on a GPU waits for the device, and doing that on every step would cost
     throughput. The bar itself moves at most ``refresh_rate`` times a second (and after a
     phase's last batch): Lightning's updates it after every batch, tens of microseconds each,
-    for a screen that redraws ten times a second.
+    for a screen that redraws ten times a second. Where the console is no terminal (output to a
+    file or a pipe: a batch job, ``nohup``), Rich shows nothing until the bar stops, yet each
+    refresh still builds the whole bar (about 0.5 ms of CPU, up to ``refresh_rate`` times a
+    second on Lightning's refresh thread): there the bar moves only at the end of a phase, and
+    the training batches call no hook of it.
 
     Args:
         refresh_rate: redraws per second (0 hides the bar).
@@ -85,6 +89,7 @@ class RunProgressBar(RichProgressBar):
         self._moved_at = -math.inf
         self._move_interval_s = 1.0 / refresh_rate if refresh_rate > 0 else math.inf
         self._epoch_batches = math.inf  # training batches of the current epoch
+        self._live = True  # whether the console shows the bar as it moves
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_start(trainer, pl_module)
@@ -92,6 +97,19 @@ class RunProgressBar(RichProgressBar):
         self._first_step = trainer.global_step  # a resumed run starts counting from here
         self._total_steps = trainer.estimated_stepping_batches  # of the whole fit, from step 0
         self._cached = None
+        self._live = self._shown_live()
+        # Lightning calls a callback's batch hook on every batch, about 10 us even when it
+        # returns at once, unless the hook is not callable (working_set.py): a bar that nobody
+        # sees move needs only each epoch's final position (on_train_epoch_end).
+        if self._live:
+            self.__dict__.pop("on_train_batch_end", None)
+        else:
+            self.on_train_batch_end = None  # type: ignore[method-assign,assignment]
+
+    def _shown_live(self) -> bool:
+        """Whether the console redraws the bar as it moves: a terminal or a notebook."""
+        console = self._console
+        return console is None or console.is_terminal or console.is_jupyter
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_epoch_start(trainer, pl_module)
@@ -99,6 +117,11 @@ class RunProgressBar(RichProgressBar):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._cached = None  # the epoch's final numbers, not a reading from half a second ago
+        if not self._live and self.is_enabled:
+            # no batch hook moved it (on_train_start): the epoch's final position
+            RichProgressBar.on_train_batch_end(
+                self, trainer, pl_module, None, None, trainer.fit_loop.epoch_loop.batch_idx
+            )
         super().on_train_epoch_end(trainer, pl_module)
 
     def on_train_batch_end(
@@ -128,10 +151,15 @@ class RunProgressBar(RichProgressBar):
             )
 
     def _due(self, batch_idx: int, total: float) -> bool:
-        """Whether the bar moves after batch ``batch_idx`` of ``total``: when the last move
-        is ``1 / refresh_rate`` seconds old, and after the last batch."""
+        """Whether the bar moves after batch ``batch_idx`` of ``total``: after the last batch,
+        and on a live console when the last move is ``1 / refresh_rate`` seconds old."""
+        if batch_idx + 1 >= total:
+            self._moved_at = time.monotonic()
+            return True
+        if not self._live:
+            return False
         now = time.monotonic()
-        if now - self._moved_at < self._move_interval_s and batch_idx + 1 < total:
+        if now - self._moved_at < self._move_interval_s:
             return False
         self._moved_at = now
         return True

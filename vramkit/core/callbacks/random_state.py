@@ -17,7 +17,7 @@ def capture_random_state() -> dict[str, Any]:
     """The states of Python's ``random``, NumPy's global generator, torch's CPU generator and,
     once CUDA is initialised, every CUDA device's generator."""
     state: dict[str, Any] = {
-        "python": random.getstate(),
+        "python": _python_state_plain(random.getstate()),
         "numpy": _numpy_state_plain(np.random.get_state()),
         "torch": torch.get_rng_state(),
     }
@@ -26,15 +26,34 @@ def capture_random_state() -> dict[str, Any]:
     return state
 
 
+# Both Mersenne Twisters keep 624-625 words. As Python ints each word is one more object for
+# the checkpoint's pickler and its size estimate to visit (about 2 ms of every write, which
+# last.ckpt makes every few dozen steps); as one tensor they are one storage record. A tensor
+# also loads under torch.load(weights_only=True), which refuses NumPy arrays.
+
+
+def _python_state_plain(state: tuple[Any, ...]) -> tuple[Any, ...]:
+    version, words, gauss_next = state
+    return (version, torch.tensor(words, dtype=torch.int64), gauss_next)
+
+
+def _python_state_from_plain(state: tuple[Any, ...]) -> tuple[Any, ...]:
+    version, words, gauss_next = state
+    # Checkpoints written before the words became a tensor hold them as a tuple or list.
+    words = words.tolist() if isinstance(words, torch.Tensor) else words
+    return (version, tuple(words), gauss_next)
+
+
 def _numpy_state_plain(state: tuple[Any, ...]) -> tuple[Any, ...]:
-    # ("MT19937", uint32 keys, pos, has_gauss, cached_gaussian) with the keys as a list: a
-    # checkpoint read with torch.load(weights_only=True) may hold no NumPy arrays.
+    # ("MT19937", uint32 keys, pos, has_gauss, cached_gaussian)
     name, keys, position, has_gauss, cached_gaussian = state
-    return (name, keys.tolist(), int(position), int(has_gauss), float(cached_gaussian))
+    keys = torch.from_numpy(keys.astype(np.int64))
+    return (name, keys, int(position), int(has_gauss), float(cached_gaussian))
 
 
 def _numpy_state_from_plain(state: tuple[Any, ...]) -> tuple[Any, ...]:
     name, keys, position, has_gauss, cached_gaussian = state
+    keys = keys.numpy() if isinstance(keys, torch.Tensor) else keys  # older checkpoints: a list
     return (name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached_gaussian)
 
 
@@ -44,7 +63,7 @@ def restore_random_state(state: dict[str, Any]) -> None:
     CUDA states are restored only onto as many devices as were saved; a checkpoint from another
     device count, or from a CPU run, leaves the CUDA generators as they are and says so.
     """
-    random.setstate(state["python"])
+    random.setstate(_python_state_from_plain(state["python"]))
     np.random.set_state(_numpy_state_from_plain(state["numpy"]))
     torch.set_rng_state(state["torch"])
     cuda_states = state.get("cuda")
