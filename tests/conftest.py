@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -10,8 +14,10 @@ import pytest
 import torch
 from omegaconf import DictConfig, open_dict
 
+import vramkit
 from vramkit.core.run import compose
 
+REPO = Path(vramkit.__file__).resolve().parents[1]
 TOY_ICDAR_DIR = Path(__file__).resolve().parent / "data" / "icdar2015_toy"
 
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -49,3 +55,39 @@ def compose_config(tmp_path: Path, shared_data_dir: Path) -> Iterator[Callable[.
 
     yield _compose
     compose.forget_composition()  # later tests must not see this run's Hydra settings
+
+
+def _run_process_pair(worker: Path, *args: str, out_dir: Path) -> list[dict]:
+    """Run ``worker`` as ranks 0 and 1 of a two-process group (``worker RANK PORT *args``); each
+    rank writes ``out_dir/rank<r>.json``, which is returned. A process still running when the
+    other is done (left waiting in a collective) is killed and fails the test."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(worker), str(rank), str(port), *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        for process in processes:
+            _, stderr = process.communicate(timeout=120)
+            assert process.returncode == 0, stderr[-3000:]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+@pytest.fixture(scope="session")
+def run_process_pair() -> Callable[..., list[dict]]:
+    """``run_process_pair(worker, *args, out_dir=...)``: a worker script run as two gloo
+    processes, their JSON results (see :func:`_run_process_pair`)."""
+    return _run_process_pair

@@ -3,18 +3,12 @@ batch: BatchNorm statistics and their gradients, DBNet's batch-pooled loss, the 
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-import vramkit
 from vramkit.core.distributed.process_sums import share_of_largest
 from vramkit.core.distributed.sync_batchnorm import (
     CpuSyncBatchNorm,
@@ -23,42 +17,15 @@ from vramkit.core.distributed.sync_batchnorm import (
 )
 
 WORKER = Path(__file__).with_name("gloo_worker.py")
-REPO = Path(vramkit.__file__).resolve().parents[1]
 # float32 sums of a few hundred terms in another order (two partial sums then their sum, instead
 # of one pass) differ by a few ulp of the total: ~1e-6 relative, so 1e-5 absolute on O(1) values.
 TOLERANCE = 1e-5
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory) -> list[dict]:
+def ranks(tmp_path_factory, run_process_pair) -> list[dict]:
     out_dir = tmp_path_factory.mktemp("gloo")
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    processes = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(rank), str(port), str(out_dir)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
-    try:
-        for process in processes:
-            _, stderr = process.communicate(timeout=120)
-            assert process.returncode == 0, stderr[-3000:]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    return run_process_pair(WORKER, str(out_dir), out_dir=out_dir)
 
 
 @pytest.mark.slow

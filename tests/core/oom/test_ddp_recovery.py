@@ -4,10 +4,6 @@ sample stops both, neither left waiting."""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,43 +11,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-import vramkit
-
 WORKER = Path(__file__).with_name("ddp_worker.py")
 sys.path.insert(0, str(WORKER.parent))
 from ddp_worker import EPOCHS, Regressor, points  # noqa: E402
-
-REPO = Path(vramkit.__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _run_pair(scenario: str, out_dir: Path) -> list[dict]:
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_SILENT": "true"}
-    processes = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(rank), str(port), scenario, str(out_dir)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
-    try:
-        for process in processes:
-            _, stderr = process.communicate(timeout=120)
-            assert process.returncode == 0, stderr[-3000:]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()  # still running: left waiting in a collective
-    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
 def _reference_weights() -> dict[str, torch.Tensor]:
@@ -68,8 +30,10 @@ def _reference_weights() -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_no_step_starts_a_collective_and_a_one_sided_fault_keeps_the_updates(tmp_path):
-    ranks = _run_pair("split", tmp_path)
+def test_no_step_starts_a_collective_and_a_one_sided_fault_keeps_the_updates(
+    tmp_path, run_process_pair
+):
+    ranks = run_process_pair(WORKER, "split", str(tmp_path), out_dir=tmp_path)
     reference = _reference_weights()
     for rank, result in enumerate(ranks):
         # rank 0 never fails: its steps are the happy path; rank 1 recovers alone
@@ -88,8 +52,8 @@ def test_no_step_starts_a_collective_and_a_one_sided_fault_keeps_the_updates(tmp
 
 
 @pytest.mark.slow
-def test_a_process_that_cannot_fit_one_sample_stops_both(tmp_path):
-    first, second = _run_pair("give_up", tmp_path)
+def test_a_process_that_cannot_fit_one_sample_stops_both(tmp_path, run_process_pair):
+    first, second = run_process_pair(WORKER, "give_up", str(tmp_path), out_dir=tmp_path)
     assert second["outcome"].startswith("OutOfMemoryError")
     assert "nothing smaller is left" in second["outcome"]
     assert first["outcome"].startswith("OutOfMemoryError")
