@@ -145,13 +145,13 @@ EPOCH_BOUNDARY = ("train_epoch_start", EPOCHS - 1, 0)
 @pytest.mark.parametrize(
     ("kill_at", "workers"),
     [
-        (MID_EPOCH, 0),
         (MID_EPOCH, 1),
         (IN_VALIDATION, 0),
-        (IN_VALIDATION, 1),
         (EPOCH_BOUNDARY, 0),
     ],
-    ids=["mid_epoch-w0", "mid_epoch-w1", "in_validation-w0", "in_validation-w1", "epoch-w0"],
+    # Workers change where samples are made, not where the run stops: one kill point with a
+    # worker (0 and 1 workers giving the same batches is tests/core/data's).
+    ids=["mid_epoch-w1", "in_validation-w0", "epoch-w0"],
 )
 def test_a_run_killed_anywhere_resumes_to_the_same_weights(
     kill_at, workers, uninterrupted, tmp_path, shared_data_dir

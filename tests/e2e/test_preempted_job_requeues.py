@@ -15,6 +15,7 @@ SLURM's own requeue of a preempted job (no cluster on this machine).
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -83,6 +84,8 @@ def test_a_preempted_submitit_job_requeues_and_resumes_to_the_same_weights(
         "multirun.yaml",
         "multirun_summary.json",
     ]
+    summary = json.loads((sweep / "multirun_summary.json").read_text())
+    assert [job["status"] for job in summary["jobs"]] == ["completed", "completed"]
     # The second attempt trained exactly the steps after the stop (0-based: 3 to 7, once each).
     second_log = sorted(preempted.glob("csv/version_*/metrics.csv"))[-1]
     with second_log.open() as handle:

@@ -1,4 +1,5 @@
-"""Sweeps that search (Optuna), run through a launcher (submitit), and end with their best job."""
+"""Sweeps that search (Optuna) and end with their best job; a sweep through the submitit launcher
+is tests/e2e/test_preempted_job_requeues.py's."""
 
 from __future__ import annotations
 
@@ -64,11 +65,3 @@ def test_an_optuna_sweep_runs_its_trials_and_names_the_best(tmp_path):
     assert summary["best"] is not None and summary["optimized_metric"] == "val/hmean"
     (results,) = tmp_path.glob("text_detection/multiruns/*/optimization_results.yaml")
     assert "best_params" in results.read_text()
-
-
-@pytest.mark.slow
-def test_the_submitit_launcher_runs_a_job_in_its_own_process(tmp_path):
-    summary = _sweep(tmp_path, "-m", "hydra/launcher=local_processes", "seed=7")
-    (job,) = summary["jobs"]
-    assert job["status"] == "completed"
-    assert list(tmp_path.glob("text_detection/multiruns/*/.submitit/*/*_log.out"))
