@@ -125,14 +125,15 @@ class CpuSyncBatchNorm(LayerSync):
         return revert_batchnorm(model)
 
 
-def cpu_sync_batchnorm_arguments(trainer: Any, plugins: list[Any]) -> dict[str, Any]:
-    """Trainer arguments that give a CPU run of several processes its synchronised BatchNorm.
+def needs_cpu_sync_batchnorm(trainer: Any) -> bool:
+    """Whether the resolved trainer config (a mapping) asks for synchronised BatchNorm on the
+    CPU, where torch's layer refuses to run and :class:`CpuSyncBatchNorm` stands in."""
+    return bool(trainer.get("sync_batchnorm")) and trainer.get("accelerator") == "cpu"
 
-    ``trainer`` is the resolved trainer config (a mapping), ``plugins`` its instantiated
-    ``plugins``. Empty unless ``sync_batchnorm`` is on and the accelerator is the CPU: then
-    Lightning's flag is turned off (Lightning refuses the flag beside another layer-sync
-    plugin, ``accelerator_connector.py``) and :class:`CpuSyncBatchNorm` joins the plugins.
-    """
-    if not trainer.get("sync_batchnorm") or trainer.get("accelerator") != "cpu":
-        return {}
+
+def cpu_sync_batchnorm_arguments(plugins: list[Any]) -> dict[str, Any]:
+    """Trainer arguments that give a CPU run of several processes its synchronised BatchNorm,
+    ``plugins`` being the trainer config's instantiated ones: Lightning's flag turned off
+    (Lightning refuses the flag beside another layer-sync plugin, ``accelerator_connector.py``)
+    and :class:`CpuSyncBatchNorm` joined to the plugins."""
     return {"sync_batchnorm": False, "plugins": [*plugins, CpuSyncBatchNorm()]}

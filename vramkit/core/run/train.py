@@ -17,7 +17,10 @@ from vramkit.core.config.monitored_metrics import check_monitored_metrics
 from vramkit.core.config.source import command_line_overrides
 from vramkit.core.config.trainer_schema import check_trainer
 from vramkit.core.distributed.rank_zero_logging import quiet_other_processes
-from vramkit.core.distributed.sync_batchnorm import cpu_sync_batchnorm_arguments
+from vramkit.core.distributed.sync_batchnorm import (
+    cpu_sync_batchnorm_arguments,
+    needs_cpu_sync_batchnorm,
+)
 from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.fit_to_budget import write_fit_decision
 from vramkit.core.run.loggers import finish_wandb, log_config
@@ -78,10 +81,11 @@ def train(cfg: DictConfig) -> float | None:
 
 def _layer_sync(trainer: DictConfig) -> dict:
     # torch's SyncBatchNorm refuses CPU tensors: CPU processes (trainer=ddp_sim) get ours
-    if not cpu_sync_batchnorm_arguments(trainer, []):
+    if not needs_cpu_sync_batchnorm(trainer):
         return {}
-    plugins = [instantiate(node) for node in trainer.get("plugins") or []]
-    return cpu_sync_batchnorm_arguments(trainer, plugins)
+    return cpu_sync_batchnorm_arguments(
+        [instantiate(node) for node in trainer.get("plugins") or []]
+    )
 
 
 @rank_zero_only
