@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -29,14 +30,19 @@ def test_a_straight_line_takes_three_evaluations():
     assert len(calls) == 3
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_convex_piecewise_curves_give_the_brute_force_answer(seed):
+def convex_case(seed: int) -> tuple[Callable[[int], int], int, int]:
+    """A random (curve, budget, upper): a step's peak is the largest of several moments, each a
+    fixed cost + a per-sample cost."""
     rng = random.Random(seed)
-    # A step's peak is the largest of several moments, each fixed cost + per-sample cost.
     lines = [(rng.randint(0, 5000), rng.randint(0, 60)) for _ in range(rng.randint(1, 4))]
-    curve = lambda size: max(a + b * size for a, b in lines)  # noqa: E731
     budget = rng.randint(2000, 30_000)
     upper = rng.randint(1, 3000)
+    return (lambda size: max(a + b * size for a, b in lines)), budget, upper
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_convex_piecewise_curves_give_the_brute_force_answer(seed):
+    curve, budget, upper = convex_case(seed)
     peak, calls = counting(curve)
     assert largest_fitting(peak, budget, upper) == brute_force(curve, budget, upper)
     assert len(calls) <= 9
@@ -51,11 +57,7 @@ def test_nothing_fits_and_everything_fits():
 
 @pytest.mark.parametrize("seed", range(10))
 def test_upper_first_gives_the_same_answer(seed):
-    rng = random.Random(seed)
-    lines = [(rng.randint(0, 5000), rng.randint(0, 60)) for _ in range(rng.randint(1, 4))]
-    curve = lambda size: max(a + b * size for a, b in lines)  # noqa: E731
-    budget = rng.randint(2000, 30_000)
-    upper = rng.randint(1, 3000)
+    curve, budget, upper = convex_case(seed)
     assert largest_fitting(curve, budget, upper, upper_first=True) == brute_force(
         curve, budget, upper
     )

@@ -29,11 +29,10 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_SUFFIX = ".ckpt"  # Lightning's ModelCheckpoint.FILE_EXTENSION
 
 
 def requeued_checkpoint(cfg: DictConfig, environ: Mapping[str, str]) -> Path | None:
@@ -48,5 +47,7 @@ def requeued_checkpoint(cfg: DictConfig, environ: Mapping[str, str]) -> Path | N
     node = OmegaConf.select(cfg, "callbacks.last_checkpoint")
     if node is None or node.get("dirpath") is None:
         return None
-    path = Path(str(node.dirpath)) / f"{node.get('filename', 'last')}{CHECKPOINT_SUFFIX}"
+    path = (
+        Path(str(node.dirpath)) / f"{node.get('filename', 'last')}{ModelCheckpoint.FILE_EXTENSION}"
+    )
     return path if path.is_file() else None
