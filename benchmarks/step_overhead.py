@@ -20,12 +20,15 @@ A step's cost is the CPU time of the measuring process (all its threads: a progr
 refresh thread counts) from one step's start to the next's, after a warm-up, so set-up and
 the end-of-fit checkpoint do not count. A shared machine's load drifts by tens of percent
 within seconds, so nothing is compared across separate moments: ``lightning`` and ``vramkit``
-run in two processes on one core that take turns every 10 steps (one run of each per round,
-the mean over its steps), and the guard's cost is the median difference between adjacent
-steps of one fit. Objects alive before a run (the imports) are frozen out of the garbage
-collector, whose full passes over them would add tens of milliseconds at random steps. Each
-figure is the median over rounds with its spread (min, max); ``guard_us_per_param_tensor``
-is the slope of the guard's cost from 4 to 600 tensors.
+run in two processes on one core that take turns every 10 steps (a fresh pair of processes
+and one run of each per round, the mean over its steps), and the guard's cost is the median
+difference between adjacent steps of one fit. Objects alive before a run (the imports) are
+frozen out of the garbage collector, whose full passes over them would add tens of
+milliseconds at random steps. Each figure is the median over rounds with its spread (min,
+max); ``guard_us_per_param_tensor`` is the slope of the guard's cost from 4 to 600 tensors.
+``bytecodes_per_step`` counts the Python bytecodes of a step of each side (opcode tracing over
+up to 100 steps): the one figure here that load does not move, for telling a change of the
+code from a change of the machine.
 
 ``python -m benchmarks.step_overhead [--rounds N] [--steps N]`` writes
 ``results/step_overhead.json``.
@@ -40,6 +43,7 @@ import itertools
 import multiprocessing
 import os
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -270,8 +274,8 @@ def default_callbacks(work: Path) -> list[L.Callback]:
     return instantiate_group(cfg.get("callbacks"))
 
 
-def run_vramkit(steps: int, work: Path, lockstep: _Lockstep) -> float:
-    """The guarded module with vramkit's default callbacks and checkpoint plugin."""
+def _vramkit_trainer(steps: int, work: Path) -> L.Trainer:
+    """A Trainer with vramkit's default callbacks and checkpoint plugin, as train.py builds it."""
     trainer = _bare_trainer(
         steps,
         work,
@@ -281,6 +285,12 @@ def run_vramkit(steps: int, work: Path, lockstep: _Lockstep) -> float:
         enable_progress_bar=True,
     )
     keep_working_callbacks(trainer)  # as train.py does
+    return trainer
+
+
+def run_vramkit(steps: int, work: Path, lockstep: _Lockstep) -> float:
+    """The guarded module with vramkit's default callbacks and checkpoint plugin."""
+    trainer = _vramkit_trainer(steps, work)
     trainer.callbacks.append(lockstep)
     skip_idle_batch_hooks(lockstep)
     module = GuardedTiny()
@@ -330,6 +340,46 @@ def lockstep_pair(rounds: int, steps: int, work: Path) -> dict[str, list[float]]
     return measured
 
 
+class _OpcodeCounter(L.Callback):
+    """Counts the Python bytecodes the process runs from the start of step ``first`` to the
+    start of step ``last`` (``sys.settrace`` with opcode events: slow, but the same count on a
+    busy machine as on a quiet one)."""
+
+    def __init__(self, first: int, last: int) -> None:
+        self.first, self.last = first, last
+        self.count = 0
+
+    def _local(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            self.count += 1
+        return self._local
+
+    def _global(self, frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        return self._local
+
+    def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        if trainer.global_step == self.first:
+            sys.settrace(self._global)
+        elif trainer.global_step == self.last:
+            sys.settrace(None)
+
+
+def traced_bytecodes_per_step(side: str, work: Path, traced_steps: int = 100) -> int:
+    """Python bytecodes per training step of ``side`` ("lightning" or "vramkit"), counted over
+    ``traced_steps`` steps after the warm-up: a figure that load does not move, beside the
+    timings that it does. It leaves out C work (tensor ops, dict lookups inside one bytecode)."""
+    first, last = WARMUP_STEPS, WARMUP_STEPS + traced_steps
+    counter = _OpcodeCounter(first, last)
+    if side == "lightning":
+        trainer, module = _bare_trainer(last + 5, work, callbacks=[counter]), LightningTiny()
+    else:
+        trainer, module = _vramkit_trainer(last + 5, work), GuardedTiny()
+        trainer.callbacks.insert(0, counter)
+    _fit(trainer, module, last + 5)
+    return round(counter.count / (last - first))
+
+
 def guard_us(steps: int, work: Path, param_tensors: int, guarded_parity: int) -> float:
     """CPU microseconds a guarded step takes over an unguarded one in the same fit: the
     median over the step pairs (a guarded step and the unguarded one after it). Steps of one
@@ -359,7 +409,19 @@ def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         work = Path(tmp)
         run_plain(WARMUP_STEPS + 3, work)  # untimed: first calls of every path
-        pair = lockstep_pair(rounds, steps, work)
+        # A fresh pair of processes each round: a process's memory layout makes all its steps
+        # a few percent faster or slower for its whole life, and one pair for every round
+        # gave medians from 56 to 162 us between invocations of the same code.
+        pair: dict[str, list[float]] = {"lightning": [], "vramkit": []}
+        for index in range(rounds):
+            for side, values in lockstep_pair(1, steps, work / f"pair_{index}").items():
+                pair[side].extend(values)
+        bytecodes = {
+            side: traced_bytecodes_per_step(
+                side, work / f"traced_{side}", min(100, steps - WARMUP_STEPS)
+            )
+            for side in ("lightning", "vramkit")
+        }
         plain: list[float] = []
         sizes: dict[int, list[float]] = {size: [] for size in GUARD_SIZES}
         for index in range(rounds):
@@ -388,6 +450,8 @@ def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
             "vramkit": _summary(pair["vramkit"]),
         },
         "vramkit_minus_lightning_us": round(headline, 2),
+        "bytecodes_per_step": bytecodes,
+        "vramkit_minus_lightning_bytecodes": bytecodes["vramkit"] - bytecodes["lightning"],
         "vramkit_minus_lightning_us_spread": _summary(vramkit_minus_lightning),
         "guard_us": {str(size): _summary(values) for size, values in sizes.items()},
         "guard_us_per_param_tensor": round(slope, 4),
@@ -404,11 +468,12 @@ def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
         "timing": "CPU microseconds of the measuring process per training step (all its "
         f"threads), after the first {WARMUP_STEPS} steps of a run; lightning and vramkit: the "
         "mean over a run's steps, the two sides in separate processes on one core taking "
-        f"turns every {TURN_STEPS} steps, one run each per round; guard_us: the median over a "
-        "fit's step pairs of a guarded step's time minus the next, unguarded, step's; medians "
-        "over rounds with min and max; guard_us_per_param_tensor: the median slope of guard_us "
-        f"from {first} to {last} parameter tensors; plain: measured on its own, paired with "
-        "nothing",
+        f"turns every {TURN_STEPS} steps, a fresh pair and one run each per round; guard_us: "
+        "the median over a fit's step pairs of a guarded step's time minus the next, unguarded, "
+        "step's; medians over rounds with min and max; guard_us_per_param_tensor: the median "
+        f"slope of guard_us from {first} to {last} parameter tensors; plain: measured on its "
+        "own, paired with nothing; bytecodes_per_step: Python bytecodes per step, traced over "
+        "up to 100 steps after the warm-up",
     }
 
 

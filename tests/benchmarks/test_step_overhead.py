@@ -38,6 +38,10 @@ def test_a_tiny_run_measures_every_side_and_checks_the_targets():
     assert all(numbers["step_us"][side]["min"] > 0 for side in numbers["step_us"])
     assert set(numbers["guard_us"]) == {"4", "100", "600"}
     assert all(len(values) == 2 for values in numbers["all_rounds"].values())
+    bytecodes = numbers["bytecodes_per_step"]
+    assert bytecodes["lightning"] > 1000  # a Lightning step runs thousands of bytecodes
+    difference = bytecodes["vramkit"] - bytecodes["lightning"]
+    assert numbers["vramkit_minus_lightning_bytecodes"] == difference
     met = (
         numbers["vramkit_minus_lightning_us"] <= numbers["target_vramkit_minus_lightning_us"]
         and numbers["guard_us_per_param_tensor"] <= numbers["target_guard_us_per_param_tensor"]

@@ -15,24 +15,16 @@ import logging
 from typing import Protocol, runtime_checkable
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
+
+from vramkit.core.callbacks.batch_hooks import (
+    PER_BATCH_HOOKS,
+    implemented_batch_hooks,
+    implements,
+)
+from vramkit.core.callbacks.phase_boundary_callbacks import PhaseBoundaryCallbacks
 
 log = logging.getLogger(__name__)
-
-PER_BATCH_HOOKS = (
-    "on_train_batch_start",
-    "on_train_batch_end",
-    "on_before_backward",
-    "on_after_backward",
-    "on_before_optimizer_step",
-    "on_before_zero_grad",
-    "on_validation_batch_start",
-    "on_validation_batch_end",
-    "on_test_batch_start",
-    "on_test_batch_end",
-    "on_predict_batch_start",
-    "on_predict_batch_end",
-)
 
 
 @runtime_checkable
@@ -50,8 +42,9 @@ class MayHaveNothingToDo(Protocol):
 def keep_working_callbacks(
     trainer: L.Trainer, datamodule: L.LightningDataModule | None = None
 ) -> list[str]:
-    """Take the callbacks with nothing to do out of ``trainer.callbacks`` and switch off the
-    per-batch hooks of the others that have nothing to do (:func:`skip_idle_batch_hooks`).
+    """Take the callbacks with nothing to do out of ``trainer.callbacks``, switch off the
+    per-batch hooks of the others that have nothing to do (:func:`skip_idle_batch_hooks`) and
+    register vramkit's callbacks without per-batch hooks as one (:func:`group_phase_boundary`).
     Call it after the Trainer is built and before it runs on ``datamodule``; returns the names
     of the callbacks taken out."""
     kept: list[L.Callback] = []
@@ -68,8 +61,28 @@ def keep_working_callbacks(
             continue
         skip_idle_batch_hooks(callback)
         kept.append(callback)
-    trainer.callbacks = kept
+    trainer.callbacks = group_phase_boundary(kept)
     return dropped
+
+
+def group_phase_boundary(callbacks: list[L.Callback]) -> list[L.Callback]:
+    """``callbacks`` with vramkit's own callbacks that implement no per-batch hook replaced by
+    one :class:`PhaseBoundaryCallbacks` where the last of them stood (the others keep their
+    order around it). Lightning's callbacks and a user's own stay registered as they are:
+    Lightning and user code find them in ``trainer.callbacks`` by type; so do checkpoint
+    callbacks, which Lightning calls in a pass of their own."""
+    members = [
+        callback
+        for callback in callbacks
+        if type(callback).__module__.startswith("vramkit.")
+        and not isinstance(callback, Checkpoint | PhaseBoundaryCallbacks)
+        and not implemented_batch_hooks(callback)
+    ]
+    if len(members) < 2:
+        return callbacks
+    last = max(callbacks.index(member) for member in members)
+    grouped = [callback for callback in callbacks[:last] if callback not in members]
+    return [*grouped, PhaseBoundaryCallbacks(members), *callbacks[last + 1 :]]
 
 
 def idle_batch_hooks(callback: L.Callback) -> list[str]:
@@ -77,11 +90,7 @@ def idle_batch_hooks(callback: L.Callback) -> list[str]:
     from ``Callback`` (empty methods), and a ``ModelCheckpoint``'s ``on_train_batch_end``
     without ``every_n_train_steps`` or ``train_time_interval`` (it returns at once then:
     lightning/pytorch/callbacks/model_checkpoint.py, ``on_train_batch_end``)."""
-    hooks = [
-        hook
-        for hook in PER_BATCH_HOOKS
-        if getattr(type(callback), hook) is getattr(L.Callback, hook)
-    ]
+    hooks = [hook for hook in PER_BATCH_HOOKS if not implements(callback, hook)]
     if (
         isinstance(callback, ModelCheckpoint)
         # A subclass with its own batch hook (ResumeCheckpoint's step checkpoints) keeps it.

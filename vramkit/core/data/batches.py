@@ -21,13 +21,19 @@ def batch_size_of(batch: Any) -> int | None:
     """
     if isinstance(batch, torch.Tensor):
         return int(batch.shape[0]) if batch.dim() > 0 else None
-    if isinstance(batch, Mapping):
+    # dict before the Mapping ABC, whose isinstance test costs several times more
+    if isinstance(batch, dict | Mapping):
         items = batch.values()
-    elif isinstance(batch, (list, tuple)):
+    elif isinstance(batch, list | tuple):
         items = batch
     else:
         return None
     for item in items:
+        # a tensor at the top level, the usual case, without a recursive call (once per step)
+        if isinstance(item, torch.Tensor):
+            if item.dim() > 0:
+                return int(item.shape[0])
+            continue
         size = batch_size_of(item)
         if size is not None:
             return size

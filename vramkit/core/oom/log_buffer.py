@@ -49,6 +49,7 @@ class LogBuffer:
         self._committed: list[_Call] = []
         self._pending: list[_Call] = []
         self._samples = 0
+        self._completed = 0  # micro-batches committed since the last replay
 
     def start(self, samples: int) -> None:
         """A micro-batch of ``samples`` samples starts: its calls are recorded from now on."""
@@ -62,6 +63,7 @@ class LogBuffer:
         """Keep the calls of the micro-batch that just completed."""
         self._committed.extend(self._pending)
         self._pending = []
+        self._completed += 1
 
     def drop(self) -> None:
         """Forget the calls of a micro-batch that did not complete."""
@@ -69,10 +71,17 @@ class LogBuffer:
 
     def replay(self, log: Callable[..., None]) -> None:
         """Send the committed calls to ``log`` (the module's real ``log``), merged by name."""
+        committed, completed = self._committed, self._completed
+        self._committed, self._completed = [], 0
+        if completed == 1:
+            # The step ran as one micro-batch (the usual step): its calls as they were made,
+            # as Lightning would have received them without the guard.
+            for call in committed:
+                log(call.name, call.value, *call.args, **call.kwargs)
+            return
         groups: dict[str, list[_Call]] = {}
-        for call in self._committed:
+        for call in committed:
             groups.setdefault(call.name, []).append(call)
-        self._committed = []
         for name, calls in groups.items():
             merged = _merge(calls) if len(calls) > 1 else None
             if merged is None:
