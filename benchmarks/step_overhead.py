@@ -365,11 +365,10 @@ class _OpcodeCounter(L.Callback):
             sys.settrace(None)
 
 
-def traced_bytecodes_per_step(side: str, work: Path, traced_steps: int = 100) -> int:
-    """Python bytecodes per training step of ``side`` ("lightning" or "vramkit"), counted over
-    ``traced_steps`` steps after the warm-up: a figure that load does not move, beside the
+def traced_bytecodes_per_step(side: str, work: Path, first: int, last: int) -> int:
+    """Python bytecodes per training step of ``side`` ("lightning" or "vramkit"), counted from
+    step ``first`` to step ``last``: a figure that load does not move, beside the
     timings that it does. It leaves out C work (tensor ops, dict lookups inside one bytecode)."""
-    first, last = WARMUP_STEPS, WARMUP_STEPS + traced_steps
     counter = _OpcodeCounter(first, last)
     if side == "lightning":
         trainer, module = _bare_trainer(last + 5, work, callbacks=[counter]), LightningTiny()
@@ -418,7 +417,7 @@ def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
                 pair[side].extend(values)
         bytecodes = {
             side: traced_bytecodes_per_step(
-                side, work / f"traced_{side}", min(100, steps - WARMUP_STEPS)
+                side, work / f"traced_{side}", WARMUP_STEPS, min(steps, WARMUP_STEPS + 100)
             )
             for side in ("lightning", "vramkit")
         }

@@ -19,7 +19,11 @@ from vramkit.core.callbacks.bad_input_report import BadInputReport
 from vramkit.core.callbacks.max_time_annealing import MaxTimeAnnealing
 from vramkit.core.callbacks.oom_fault_injection import OOMFaultInjection
 from vramkit.core.callbacks.throughput_monitor import ThroughputMonitor
-from vramkit.core.callbacks.working_set import keep_working_callbacks, skip_idle_batch_hooks
+from vramkit.core.callbacks.working_set import (
+    callbacks_of_type,
+    keep_working_callbacks,
+    skip_idle_batch_hooks,
+)
 from vramkit.core.config.instantiate import instantiate_group
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO
 from vramkit.core.oom.resilient_module import OOMResilientModule
@@ -102,7 +106,7 @@ def test_every_default_callback_runs_a_module_with_list_batches(compose_config, 
     trainer.fit(module, datamodule=data)
     assert trainer.global_step == 4
     assert module.oom_state.train_micro_batch == 4  # the list batch was split in two
-    (throughput,) = [c for c in trainer.callbacks if isinstance(c, ThroughputMonitor)]
+    (throughput,) = callbacks_of_type(trainer, ThroughputMonitor)
     assert throughput.summary["perf/train_samples_per_s"] > 0
     assert trainer.callback_metrics["data/skipped_train_images"] == 0
     assert trainer.callback_metrics["mem/val_peak_gib"] > 0

@@ -1,4 +1,4 @@
-"""The hooks Lightning calls on every batch, and which of them a callback implements."""
+"""The hooks Lightning calls on every batch, and whether a callback implements a hook."""
 
 from __future__ import annotations
 
@@ -23,8 +23,3 @@ PER_BATCH_HOOKS = (
 def implements(callback: L.Callback, hook: str) -> bool:
     """Whether ``callback``'s class overrides ``Callback``'s empty ``hook``."""
     return getattr(type(callback), hook) is not getattr(L.Callback, hook)
-
-
-def implemented_batch_hooks(callback: L.Callback) -> list[str]:
-    """The per-batch hooks ``callback``'s class implements."""
-    return [hook for hook in PER_BATCH_HOOKS if implements(callback, hook)]

@@ -1,5 +1,5 @@
-"""Register only the callbacks that have work in a run, and let Lightning call per batch only
-the hooks they implement.
+"""Register only the callbacks that have work in a run, vramkit's own as one, and let Lightning
+call per batch only the hooks they implement.
 
 Lightning calls every hook of every registered callback on every batch: ``getattr``, the
 callback's ``state_key`` (ModelCheckpoint builds it from five settings each time), a profiler
@@ -12,19 +12,26 @@ lightning/pytorch/trainer/call.py: ``fn = getattr(callback, hook_name); if calla
 from __future__ import annotations
 
 import logging
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import lightning as L
-from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
-
-from vramkit.core.callbacks.batch_hooks import (
-    PER_BATCH_HOOKS,
-    implemented_batch_hooks,
-    implements,
+from lightning.pytorch.callbacks import (
+    BasePredictionWriter,
+    BatchSizeFinder,
+    Checkpoint,
+    EarlyStopping,
+    LearningRateFinder,
+    ModelCheckpoint,
+    ProgressBar,
+    Timer,
 )
-from vramkit.core.callbacks.phase_boundary_callbacks import PhaseBoundaryCallbacks
+
+from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS, implements
+from vramkit.core.callbacks.callback_group import CallbackGroup
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=L.Callback)
 
 
 @runtime_checkable
@@ -44,7 +51,7 @@ def keep_working_callbacks(
 ) -> list[str]:
     """Take the callbacks with nothing to do out of ``trainer.callbacks``, switch off the
     per-batch hooks of the others that have nothing to do (:func:`skip_idle_batch_hooks`) and
-    register vramkit's callbacks without per-batch hooks as one (:func:`group_phase_boundary`).
+    register vramkit's own callbacks as one (:func:`group_vramkit_callbacks`).
     Call it after the Trainer is built and before it runs on ``datamodule``; returns the names
     of the callbacks taken out."""
     kept: list[L.Callback] = []
@@ -61,28 +68,49 @@ def keep_working_callbacks(
             continue
         skip_idle_batch_hooks(callback)
         kept.append(callback)
-    trainer.callbacks = group_phase_boundary(kept)
+    trainer.callbacks = group_vramkit_callbacks(kept)
     return dropped
 
 
-def group_phase_boundary(callbacks: list[L.Callback]) -> list[L.Callback]:
-    """``callbacks`` with vramkit's own callbacks that implement no per-batch hook replaced by
-    one :class:`PhaseBoundaryCallbacks` where the last of them stood (the others keep their
-    order around it). Lightning's callbacks and a user's own stay registered as they are:
-    Lightning and user code find them in ``trainer.callbacks`` by type; so do checkpoint
-    callbacks, which Lightning calls in a pass of their own."""
+# Lightning finds these by type in ``trainer.callbacks`` (the progress bar, the checkpoint and
+# early-stopping callbacks it calls in a pass of their own, max_time's Timer, the tuners, the
+# prediction writers): they stay registered as they are.
+_FOUND_BY_TYPE = (
+    Checkpoint,
+    EarlyStopping,
+    ProgressBar,
+    Timer,
+    BasePredictionWriter,
+    BatchSizeFinder,
+    LearningRateFinder,
+)
+
+
+def group_vramkit_callbacks(callbacks: list[L.Callback]) -> list[L.Callback]:
+    """``callbacks`` with vramkit's own callbacks replaced by one :class:`CallbackGroup` where
+    the last of them stood (the others keep their order around it). Callbacks of Lightning's
+    kinds that Lightning looks up by type, and a user's own (found by type in their code),
+    stay registered as they are."""
     members = [
         callback
         for callback in callbacks
         if type(callback).__module__.startswith("vramkit.")
-        and not isinstance(callback, Checkpoint | PhaseBoundaryCallbacks)
-        and not implemented_batch_hooks(callback)
+        and not isinstance(callback, (*_FOUND_BY_TYPE, CallbackGroup))
     ]
     if len(members) < 2:
         return callbacks
     last = max(callbacks.index(member) for member in members)
-    grouped = [callback for callback in callbacks[:last] if callback not in members]
-    return [*grouped, PhaseBoundaryCallbacks(members), *callbacks[last + 1 :]]
+    others = [callback for callback in callbacks[:last] if callback not in members]
+    return [*others, CallbackGroup(members), *callbacks[last + 1 :]]
+
+
+def callbacks_of_type(trainer: L.Trainer, kind: type[T]) -> list[T]:
+    """The callbacks of ``trainer`` that are ``kind``, registered alone or in a group."""
+    found: list[T] = []
+    for callback in trainer.callbacks:
+        members = callback.members if isinstance(callback, CallbackGroup) else [callback]
+        found.extend(member for member in members if isinstance(member, kind))
+    return found
 
 
 def idle_batch_hooks(callback: L.Callback) -> list[str]:

@@ -1,13 +1,13 @@
-"""vramkit's callbacks without per-batch hooks are registered as one: Lightning passes over one
-callback per batch hook, every other hook still reaches each member, and checkpoints restore
-each member's state, also from a checkpoint written before the group existed."""
+"""vramkit's own callbacks are registered as one: every hook reaches each member that implements
+it (a member can still switch a per-batch hook off), Lightning skips the per-batch hooks no
+member implements, and checkpoints restore each member's state, also from a checkpoint written
+before the group existed."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import lightning as L
-import pytest
 import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from torch import nn
@@ -15,17 +15,18 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS
+from vramkit.core.callbacks.callback_group import CallbackGroup
 from vramkit.core.callbacks.memory_monitor import MemoryMonitor
-from vramkit.core.callbacks.phase_boundary_callbacks import PhaseBoundaryCallbacks
 from vramkit.core.callbacks.phase_memory_hygiene import PhaseMemoryHygiene
+from vramkit.core.callbacks.progress_bar import RunProgressBar
 from vramkit.core.callbacks.random_state import RandomState
 from vramkit.core.callbacks.throughput_monitor import ThroughputMonitor
-from vramkit.core.callbacks.working_set import group_phase_boundary
+from vramkit.core.callbacks.working_set import group_vramkit_callbacks
 
 
 class _Counter(L.Callback):
     """A phase-boundary callback with a state (its module is not vramkit's: never grouped
-    by ``group_phase_boundary``, but a valid member)."""
+    by ``group_vramkit_callbacks``, but a valid member)."""
 
     def __init__(self, state_key: str) -> None:
         self.key = state_key
@@ -91,38 +92,55 @@ def _fit(
     return trainer
 
 
-def test_vramkits_phase_boundary_callbacks_become_one_where_the_last_stood():
+def test_vramkits_callbacks_become_one_where_the_last_stood():
     lr, hygiene, memory = LearningRateMonitor(), PhaseMemoryHygiene(), MemoryMonitor()
     throughput, state, checkpoint = ThroughputMonitor(), RandomState(), ModelCheckpoint()
-    grouped = group_phase_boundary([hygiene, lr, memory, throughput, state, checkpoint])
-    assert grouped[:2] == [lr, throughput]  # Lightning's own and a per-batch one stay
-    assert isinstance(grouped[2], PhaseBoundaryCallbacks)
-    assert grouped[2].members == [hygiene, memory, state]
+    bar = RunProgressBar()
+    grouped = group_vramkit_callbacks([hygiene, lr, memory, throughput, bar, state, checkpoint])
+    assert grouped[:2] == [lr, bar]  # Lightning's own and a progress bar stay
+    assert isinstance(grouped[2], CallbackGroup)
+    assert grouped[2].members == [hygiene, memory, throughput, state]
     assert grouped[3] is checkpoint  # checkpoint callbacks stay registered as they are
-    assert group_phase_boundary([lr, hygiene]) == [lr, hygiene]  # one alone: nothing to group
+    assert group_vramkit_callbacks([lr, hygiene]) == [lr, hygiene]  # one alone: no group
 
 
-def test_a_callback_with_a_batch_hook_cannot_join():
-    with pytest.raises(ValueError, match="ThroughputMonitor"):
-        PhaseBoundaryCallbacks([RandomState(), ThroughputMonitor()])
+class _CountsSteps(L.Callback):
+    """Counts training batch starts; switches that hook off after ``until`` of them."""
+
+    def __init__(self, until: int | None = None) -> None:
+        self.until = until
+        self.starts = 0
+
+    def on_train_batch_start(self, *_: Any) -> None:
+        self.starts += 1
+        if self.starts == self.until:
+            self.on_train_batch_start = None  # type: ignore[method-assign,assignment]
+
+
+def test_per_batch_hooks_reach_their_members_until_one_switches_off(tmp_path):
+    steady, once = _CountsSteps(), _CountsSteps(until=1)
+    group = CallbackGroup([steady, once, _Counter("phase")])
+    assert group.on_train_batch_end is None  # no member has it: Lightning skips it
+    _fit(tmp_path, [group])  # 2 epochs of 2 batches
+    assert (steady.starts, once.starts) == (4, 1)
 
 
 def test_every_member_hears_its_hooks_and_lightning_skips_the_batch_hooks(tmp_path):
     first, second = _Counter("first"), _Counter("second")
-    group = PhaseBoundaryCallbacks([first, second])
-    assert all(getattr(group, hook) is None for hook in PER_BATCH_HOOKS)
+    group = CallbackGroup([first, second])
+    assert all(getattr(group, hook) is None for hook in PER_BATCH_HOOKS)  # none implemented
     _fit(tmp_path, [group])
     assert (first.epochs, first.validations) == (2, 2)
     assert (second.epochs, second.validations) == (2, 2)
 
 
 def test_the_members_states_round_trip_through_a_checkpoint(tmp_path):
-    trainer = _fit(tmp_path, [PhaseBoundaryCallbacks([_Counter("a"), _Counter("b")])])
+    trainer = _fit(tmp_path, [CallbackGroup([_Counter("a"), _Counter("b")])])
     trainer.save_checkpoint(tmp_path / "grouped.ckpt")
     saved = torch.load(tmp_path / "grouped.ckpt", weights_only=False)["callbacks"]
-    assert saved["PhaseBoundaryCallbacks"] == {"a": {"epochs": 2}, "b": {"epochs": 2}}
+    assert saved["CallbackGroup"] == {"a": {"epochs": 2}, "b": {"epochs": 2}}
     resumed = [_Counter("a"), _Counter("b")]
-    _fit(tmp_path, [PhaseBoundaryCallbacks(resumed)], 3, tmp_path / "grouped.ckpt")
+    _fit(tmp_path, [CallbackGroup(resumed)], 3, tmp_path / "grouped.ckpt")
     assert [counter.epochs for counter in resumed] == [3, 3]  # 2 restored + 1 more
 
 
@@ -133,6 +151,6 @@ def test_a_checkpoint_from_before_the_group_restores_the_members(tmp_path):
     states = torch.load(tmp_path / "before.ckpt", weights_only=False)["callbacks"]
     assert states["a"] == {"epochs": 2}  # each at the top level, as registered alone
     resumed = [_Counter("a"), _Counter("b")]
-    group = PhaseBoundaryCallbacks(resumed)
+    group = CallbackGroup(resumed)
     group.on_load_checkpoint(trainer, trainer.lightning_module, {"callbacks": states})
     assert [counter.epochs for counter in resumed] == [2, 2]

@@ -1,0 +1,111 @@
+"""Several callbacks that Lightning visits as one."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import lightning as L
+
+from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS, implements
+
+# Every hook of Lightning's Callback but the per-batch ones and the two state methods.
+PHASE_HOOKS = tuple(
+    name
+    for name, member in vars(L.Callback).items()
+    if inspect.isfunction(member)
+    and (name.startswith("on_") or name in ("setup", "teardown"))
+    and name not in PER_BATCH_HOOKS
+)
+
+
+class CallbackGroup(L.Callback):
+    """Callbacks registered with Lightning as one callback.
+
+    Lightning visits every registered callback at each of a training step's six hooks, even
+    one whose hook is switched off (``_call_callback_hooks`` in
+    lightning/pytorch/trainer/call.py: a ``getattr`` and a ``callable`` test per callback and
+    hook), and wraps each call of a hook in a profiler context. Traced opcode by opcode on
+    ``benchmarks/step_overhead.py``'s tiny model, that was the largest part of vramkit's cost
+    per step: about 55 bytecodes per registered callback and step, about 110 more per hook
+    that does run. The group is one registered callback: each hook reaches the members that
+    implement it, in their order; a member can switch a per-batch hook off for the rest of the
+    run by setting it to None on itself, as it could registered alone (working_set.py).
+
+    A checkpoint holds the members' states under the group's key, each under its own key; a
+    checkpoint written before the group (each member's state at the top level) still restores
+    them. With a profiler (``trainer.profiler=simple``) the members' hooks show as the group's.
+
+    Args:
+        members: the callbacks, in the order their hooks run.
+    """
+
+    def __init__(self, members: Sequence[L.Callback]) -> None:
+        self.members = list(members)
+        self._phase: dict[str, list[Callable[..., Any]]] = {
+            hook: [getattr(member, hook) for member in self.members if implements(member, hook)]
+            for hook in PHASE_HOOKS
+        }
+        self._batch: dict[str, list[L.Callback]] = {
+            hook: [member for member in self.members if implements(member, hook)]
+            for hook in PER_BATCH_HOOKS
+        }
+        for hook, implementers in self._batch.items():
+            if not implementers:
+                setattr(self, hook, None)  # not callable: Lightning skips it (working_set.py)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The members' states by their own state keys (those with a state)."""
+        states = {member.state_key: member.state_dict() for member in self.members}
+        return {key: state for key, state in states.items() if state}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for member in self.members:
+            if member.state_key in state_dict:
+                member.load_state_dict(state_dict[member.state_key])
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        for member_hook in self._phase["on_load_checkpoint"]:
+            member_hook(trainer, pl_module, checkpoint)
+        # A checkpoint written before the group holds each member's state at the top level;
+        # Lightning loads states right after every on_load_checkpoint
+        # (CheckpointConnector.restore_callbacks), so these load at the same point.
+        states = checkpoint.get("callbacks") or {}
+        if self.state_key not in states:
+            self.load_state_dict(states)
+
+
+def _phase_forwarding(hook: str) -> Callable[..., None]:
+    def method(self: CallbackGroup, *args: Any, **kwargs: Any) -> None:
+        for member_hook in self._phase[hook]:
+            member_hook(*args, **kwargs)
+
+    return _named(method, hook)
+
+
+def _batch_forwarding(hook: str) -> Callable[..., None]:
+    # Runs on every batch: one frame, and the member's hook looked up at each call, so a
+    # member that switched it off (None) is passed over.
+    def method(self: CallbackGroup, *args: Any, **kwargs: Any) -> None:
+        for member in self._batch[hook]:
+            member_hook = getattr(member, hook)
+            if member_hook is not None:
+                member_hook(*args, **kwargs)
+
+    return _named(method, hook)
+
+
+def _named(method: Callable[..., None], hook: str) -> Callable[..., None]:
+    method.__name__ = method.__qualname__ = hook
+    method.__doc__ = f"Calls ``{hook}`` of the members that implement it."
+    return method
+
+
+for _hook in PHASE_HOOKS:
+    if _hook not in vars(CallbackGroup):
+        setattr(CallbackGroup, _hook, _phase_forwarding(_hook))
+for _hook in PER_BATCH_HOOKS:
+    setattr(CallbackGroup, _hook, _batch_forwarding(_hook))
