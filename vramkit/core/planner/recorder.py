@@ -140,9 +140,12 @@ class StorageRecorder(TorchDispatchMode):
             return func(*args, **(kwargs or {}))
         out = self.run_op(func, args, kwargs or {})
         self.op_names.add(func.__name__)
-        for value in tree_flatten(out)[0]:
-            if isinstance(value, torch.Tensor):
-                self._track(value)
+        if isinstance(out, torch.Tensor):
+            self._track(out)  # most ops: one tensor, no tree to flatten
+        else:
+            for value in tree_flatten(out)[0]:
+                if isinstance(value, torch.Tensor):
+                    self._track(value)
         if self.keep_timeline and (not self.timeline or self.timeline[-1] != self.current):
             self.timeline.append(self.current)
         return out
