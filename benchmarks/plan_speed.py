@@ -49,6 +49,25 @@ BEFORE = {
         "69.1-71.3 s (Phi-1.5, 3 runs)."
     ),
 }
+SIDE_BY_SIDE = {
+    "before_commit": "671f791",
+    "after_commit": "8924874",
+    "cpu_s": {
+        "default": {"before": [18.09, 15.84, 15.79], "after": [16.72, 15.42, 15.80]},
+        "phi": {"before": [95.24, 89.38, 91.91], "after": [66.38, 78.03, 81.42]},
+    },
+    "median_cpu_s": {
+        "default": {"before": 15.84, "after": 15.80},
+        "phi": {"before": 91.91, "after": 78.03},
+    },
+    "note": (
+        "/usr/bin/time user + sys of `python scripts/plan_memory.py ...`, the two commits run "
+        "alternately, 3 runs each, load 1.8-4.0 on the shared 2-core machine; printed plans "
+        "byte-identical apart from the timing line. 8924874 answers fake tensors' device "
+        "queries in the recorder (about 32,000 per Phi-1.5 training trace)."
+    ),
+}
+"""The second round of speed work (issue #10 item 6), measured against the commit before it."""
 _TRACES = re.compile(r"\((\d+) traces in")
 
 
@@ -116,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         numbers[case] = measure(case, args.runs)
         print(f"{case}: median {numbers[case]['median_cpu_s']} s CPU {numbers[case]['cpu_s']}")
     numbers["before"] = BEFORE
+    numbers["side_by_side"] = SIDE_BY_SIDE
     numbers["targets_met"] = all(numbers.get(case, {}).get("meets_target") for case in CASES)
     print(write_result("plan_speed", numbers, started=started))
     return 0

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -75,8 +76,12 @@ class StorageRecorder(TorchDispatchMode):
         self.keep_timeline = keep_timeline
         self.timeline: list[int] = []
         self.current = 0
-        self.peak = RecordedPeak()
-        self.peak_with_workspaces = self.peak
+        self._peak = RecordedPeak()
+        # A new peak's live set is copied when something is freed, not at every allocation
+        # that raises the peak: while the optimizer creates its state the peak rises with each
+        # of thousands of allocations, and copying the live set each time is quadratic.
+        self._unsnapshotted: RecordedPeak | None = None
+        self.peak_with_workspaces = self._peak
         """`peak` with the workspace each op held while it ran (`charge_workspace`); the same
         object as `peak` until a workspace rises above it."""
         self.op_names: set[str] = set()
@@ -96,14 +101,51 @@ class StorageRecorder(TorchDispatchMode):
         self.events: list[tuple[int, int]] = []
         """Every allocation (serial, bytes) and free (serial, 0) in order, for the allocator."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ in `torch._dynamo.disable` unless this says
+        # False (torch/utils/_python_dispatch.py, `TorchDispatchMode.__init_subclass__`). The
+        # wrapper only matters under torch.compile, which a trace never runs, and it costs
+        # several calls on each of the ~50,000 dispatches of a Phi-1.5 step, device queries
+        # included.
+        return False
+
+    @property
+    def peak(self) -> RecordedPeak:
+        """The most bytes live at once so far, with what was live then."""
+        self._snapshot_peak()
+        return self._peak
+
+    @peak.setter
+    def peak(self, value: RecordedPeak) -> None:
+        self._snapshot_peak()
+        self._peak = value
+
+    def _snapshot_peak(self) -> None:
+        """Give the latest peak its live set, before that set changes other than by growing
+        the peak further."""
+        if self._unsnapshotted is not None:
+            self._unsnapshotted.live = dict(self._live)
+            self._unsnapshotted = None
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is _DEVICE_QUERY:
-            return func(*args, **(kwargs or {}))  # fake tensors ask for their device; no memory
+            # Fake tensors ask for their device (tens of thousands of times in a large model's
+            # step); no memory. A fake tensor's `device` property gives what the fake mode would
+            # answer (`_device_handler` in torch/_subclasses/fake_tensor.py) without another
+            # round through the dispatcher.
+            tensor = args[0] if len(args) == 1 else None
+            if type(tensor) is FakeTensor:
+                return tensor.device
+            return func(*args, **(kwargs or {}))
         out = self.run_op(func, args, kwargs or {})
         self.op_names.add(func.__name__)
-        for value in tree_flatten(out)[0]:
-            if isinstance(value, torch.Tensor):
-                self._track(value)
+        if isinstance(out, torch.Tensor):
+            self._track(out)  # most ops: one tensor, no tree to flatten
+        else:
+            for value in tree_flatten(out)[0]:
+                if isinstance(value, torch.Tensor):
+                    self._track(value)
         if self.keep_timeline and (not self.timeline or self.timeline[-1] != self.current):
             self.timeline.append(self.current)
         return out
@@ -189,6 +231,7 @@ class StorageRecorder(TorchDispatchMode):
         gone: set[int] = set()
         for tensor in tensors:
             serial = self._track(tensor)
+            self._snapshot_peak()  # before the live set shrinks
             if serial is None or serial not in self._live:
                 continue
             size = self._live.pop(serial)
@@ -216,6 +259,7 @@ class StorageRecorder(TorchDispatchMode):
     def peak_holders(self, top: int = 8, *, with_workspaces: bool = False) -> tuple[Holder, ...]:
         """The largest groups of storages live at the peak (or at `peak_with_workspaces`), by
         module and kind."""
+        self._snapshot_peak()  # `peak_with_workspaces` may be the latest peak
         peak = self.peak_with_workspaces if with_workspaces else self.peak
         kinds = {}
         for serial in peak.live:
@@ -256,6 +300,9 @@ class StorageRecorder(TorchDispatchMode):
         if serial is not None:
             return serial
         size = self.round_bytes(storage.nbytes())
+        raises_peak = self.current + size > self._peak.bytes
+        if not raises_peak:
+            self._snapshot_peak()  # the latest peak's live set does not hold this storage
         serial = self._next_serial
         self._next_serial += 1
         self._serial_of[address] = serial
@@ -264,10 +311,10 @@ class StorageRecorder(TorchDispatchMode):
             self.events.append((serial, size))
         self._origin[serial] = (self._where(), tuple(tensor.shape), tensor.dtype)
         self.current += size
-        if self.current > self.peak.bytes:
-            self.peak = RecordedPeak(self.current, self._label, dict(self._live))
+        if raises_peak:
+            self._peak = self._unsnapshotted = RecordedPeak(self.current, self._label)
         if self.current > self.peak_with_workspaces.bytes:
-            self.peak_with_workspaces = self.peak  # above every workspace: the peak itself
+            self.peak_with_workspaces = self._peak  # above every workspace: the peak itself
         self._finalizers[serial] = weakref.finalize(storage, self._free, address, serial)
         return serial
 
@@ -277,6 +324,7 @@ class StorageRecorder(TorchDispatchMode):
         return self._scope.current(in_backward=torch._C._current_graph_task_id() != -1)
 
     def _free(self, address: int, serial: int) -> None:
+        self._snapshot_peak()
         size = self._live.pop(serial, 0)
         self.current -= size
         if size:
