@@ -53,6 +53,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.nn import functional as F
@@ -379,6 +380,55 @@ def traced_bytecodes_per_step(side: str, work: Path, first: int, last: int) -> i
     return round(counter.count / (last - first))
 
 
+class _StepStart(L.Callback):
+    """Stamps the CPU time at the start of each training step, before any other callback's
+    hook of that step (register it first)."""
+
+    def __init__(self) -> None:
+        self.marks: list[float] = []
+
+    def on_train_batch_start(self, *_: Any) -> None:
+        self.marks.append(time.process_time())
+
+
+class _SwapCallbacks(L.Callback):
+    """At the end of each step (register it last), gives the next step vramkit's callbacks if
+    its index has the parity ``on_parity``, else none but the two timing callbacks and the
+    progress bar (Rich's columns read it from ``trainer.progress_bar_callback`` whenever the
+    bar redraws; off a terminal its batch hooks are off anyway)."""
+
+    def __init__(self, stamp: _StepStart, vramkit: list[L.Callback], on_parity: int) -> None:
+        self.on = [stamp, *vramkit, self]
+        bars = [callback for callback in vramkit if isinstance(callback, ProgressBar)]
+        self.off = [stamp, *bars, self]
+        self.on_parity = on_parity
+
+    def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        next_step = trainer.global_step
+        trainer.callbacks = self.on if next_step % 2 == self.on_parity else self.off
+
+
+def in_fit_us(steps: int, work: Path, on_parity: int) -> float:
+    """CPU microseconds a step with vramkit's guard and callbacks takes over one without them
+    in the same fit (the guard and the callbacks switched on for every other step): the median
+    over the step pairs. One process, so what a process's memory layout adds to all its steps
+    cancels out, unlike between the two processes of the lockstep pair; what a process does
+    beside its steps (a progress bar's thread) does not count here. Steps of one parity differ
+    from the other's (Lightning logs on odd steps at ``log_every_n_steps=10``), so rounds
+    alternate ``on_parity`` and the median over rounds lies between the two."""
+    trainer = _vramkit_trainer(steps, work)
+    stamp = _StepStart()
+    swap = _SwapCallbacks(stamp, list(trainer.callbacks), on_parity)
+    for callback in (stamp, swap):
+        skip_idle_batch_hooks(callback)
+    trainer.callbacks = swap.on  # every callback sets up; steps alternate from the first
+    _fit(trainer, AlternatelyGuardedTiny(4, on_parity), steps)
+    intervals = step_intervals_us(stamp.marks)  # intervals[i] is step WARMUP_STEPS + i
+    first = (on_parity - WARMUP_STEPS) % 2
+    on, off = intervals[first::2], intervals[first + 1 :: 2]
+    return statistics.median(a - b for a, b in zip(on, off, strict=False))
+
+
 def guard_us(steps: int, work: Path, param_tensors: int, guarded_parity: int) -> float:
     """CPU microseconds a guarded step takes over an unguarded one in the same fit: the
     median over the step pairs (a guarded step and the unguarded one after it). Steps of one
@@ -415,6 +465,10 @@ def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
         for index in range(rounds):
             for side, values in lockstep_pair(1, steps, work / f"pair_{index}").items():
                 pair[side].extend(values)
+        in_fit = [
+            in_fit_us(steps, work / f"in_fit_{index}", on_parity=index % 2)
+            for index in range(rounds)
+        ]
         bytecodes = {
             side: traced_bytecodes_per_step(
                 side, work / f"traced_{side}", WARMUP_STEPS, min(steps, WARMUP_STEPS + 100)
@@ -449,6 +503,7 @@ def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
             "vramkit": _summary(pair["vramkit"]),
         },
         "vramkit_minus_lightning_us": round(headline, 2),
+        "vramkit_minus_lightning_in_fit_us": _summary(in_fit),
         "bytecodes_per_step": bytecodes,
         "vramkit_minus_lightning_bytecodes": bytecodes["vramkit"] - bytecodes["lightning"],
         "vramkit_minus_lightning_us_spread": _summary(vramkit_minus_lightning),
@@ -462,6 +517,7 @@ def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
         "all_rounds": {
             "plain": [round(v, 2) for v in plain],
             **{side: [round(v, 2) for v in values] for side, values in pair.items()},
+            "in_fit": [round(v, 2) for v in in_fit],
             **{f"guard_{size}": [round(v, 2) for v in values] for size, values in sizes.items()},
         },
         "timing": "CPU microseconds of the measuring process per training step (all its "
@@ -472,7 +528,9 @@ def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
         "step's; medians over rounds with min and max; guard_us_per_param_tensor: the median "
         f"slope of guard_us from {first} to {last} parameter tensors; plain: measured on its "
         "own, paired with nothing; bytecodes_per_step: Python bytecodes per step, traced over "
-        "up to 100 steps after the warm-up",
+        "up to 100 steps after the warm-up; vramkit_minus_lightning_in_fit_us: in one fit, "
+        "steps with vramkit's guard and callbacks minus the next step without them (every "
+        "other step switched), the median over step pairs, one fit per round",
     }
 
 
