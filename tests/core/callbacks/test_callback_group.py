@@ -10,10 +10,8 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-from torch import nn
-from torch.nn import functional as F
-from torch.utils.data import DataLoader, TensorDataset
 
+from tests.core.callbacks.tiny_regression import TinyRegression, regression_loader
 from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS
 from vramkit.core.callbacks.callback_group import CallbackGroup
 from vramkit.core.callbacks.memory_monitor import MemoryMonitor
@@ -50,31 +48,6 @@ class _Counter(L.Callback):
         self.epochs = state_dict["epochs"]
 
 
-class _Tiny(L.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Linear(4, 1)
-
-    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        return F.mse_loss(self.net(x).squeeze(-1), y)
-
-    def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
-        x, y = batch
-        self.log("val/loss", F.mse_loss(self.net(x).squeeze(-1), y))
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-def _loader() -> DataLoader:
-    generator = torch.Generator().manual_seed(0)
-    return DataLoader(
-        TensorDataset(torch.randn(8, 4, generator=generator), torch.randn(8, generator=generator)),
-        batch_size=4,
-    )
-
-
 def _fit(
     tmp_path, callbacks: list[L.Callback], epochs: int = 2, ckpt_path: Any = None
 ) -> L.Trainer:
@@ -88,7 +61,9 @@ def _fit(
         default_root_dir=tmp_path,
         callbacks=callbacks,
     )
-    trainer.fit(_Tiny(), _loader(), _loader(), ckpt_path=ckpt_path)
+    trainer.fit(
+        TinyRegression(), regression_loader(8, 4), regression_loader(8, 4), ckpt_path=ckpt_path
+    )
     return trainer
 
 

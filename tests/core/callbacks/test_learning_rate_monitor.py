@@ -9,10 +9,8 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import Logger
-from torch import nn
-from torch.nn import functional as F
-from torch.utils.data import DataLoader, TensorDataset
 
+from tests.core.callbacks.tiny_regression import TinyRegression, regression_loader
 from vramkit.core.callbacks.learning_rate_monitor import StepLearningRateMonitor
 
 
@@ -39,14 +37,8 @@ class _Recorder(Logger):
         pass
 
 
-class _Decaying(L.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Linear(4, 1)
-
-    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        return F.mse_loss(self.net(x).squeeze(-1), y)
+class _Decaying(TinyRegression):
+    """The regression with a learning rate that decays every step."""
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
@@ -56,7 +48,6 @@ class _Decaying(L.LightningModule):
 
 def _logged_steps(tmp_path, monitor: L.Callback, every: int, max_steps: int) -> list[int]:
     recorder = _Recorder()
-    data = TensorDataset(torch.randn(40, 4), torch.randn(40))
     trainer = L.Trainer(
         accelerator="cpu",
         max_steps=max_steps,
@@ -68,7 +59,7 @@ def _logged_steps(tmp_path, monitor: L.Callback, every: int, max_steps: int) -> 
         enable_model_summary=False,
         default_root_dir=tmp_path,
     )
-    trainer.fit(_Decaying(), DataLoader(data, batch_size=4))  # 10 batches per epoch
+    trainer.fit(_Decaying(), regression_loader(40, 4))  # 10 batches per epoch
     return recorder.lr_steps
 
 
