@@ -423,10 +423,7 @@ def in_fit_us(steps: int, work: Path, on_parity: int) -> float:
         skip_idle_batch_hooks(callback)
     trainer.callbacks = swap.on  # every callback sets up; steps alternate from the first
     _fit(trainer, AlternatelyGuardedTiny(4, on_parity), steps)
-    intervals = step_intervals_us(stamp.marks)  # intervals[i] is step WARMUP_STEPS + i
-    first = (on_parity - WARMUP_STEPS) % 2
-    on, off = intervals[first::2], intervals[first + 1 :: 2]
-    return statistics.median(a - b for a, b in zip(on, off, strict=False))
+    return alternate_steps_difference_us(stamp.marks, on_parity)
 
 
 def guard_us(steps: int, work: Path, param_tensors: int, guarded_parity: int) -> float:
@@ -436,10 +433,16 @@ def guard_us(steps: int, work: Path, param_tensors: int, guarded_parity: int) ->
     guarded parity and the median over rounds lies between the two."""
     module = AlternatelyGuardedTiny(param_tensors, guarded_parity)
     _fit(_bare_trainer(steps, work), module, steps)
-    intervals = step_intervals_us(module.marks)  # intervals[i] is step WARMUP_STEPS + i
-    first = (guarded_parity - WARMUP_STEPS) % 2
-    guarded, unguarded = intervals[first::2], intervals[first + 1 :: 2]
-    return statistics.median(g - u for g, u in zip(guarded, unguarded, strict=False))
+    return alternate_steps_difference_us(module.marks, guarded_parity)
+
+
+def alternate_steps_difference_us(marks: Sequence[float], on_parity: int) -> float:
+    """The median over step pairs of a step of parity ``on_parity`` minus the step after it
+    (CPU microseconds), warm-up steps left out."""
+    intervals = step_intervals_us(marks)  # intervals[i] is step WARMUP_STEPS + i
+    first = (on_parity - WARMUP_STEPS) % 2
+    on, off = intervals[first::2], intervals[first + 1 :: 2]
+    return statistics.median(a - b for a, b in zip(on, off, strict=False))
 
 
 def _summary(values: Sequence[float]) -> dict[str, float]:

@@ -93,3 +93,14 @@ def test_a_name_logged_once_is_replayed_with_the_arguments_it_was_given():
     calls = []
     buffer.replay(lambda *args, **kwargs: calls.append((args, kwargs)))
     assert calls == [(("train/loss", torch.tensor(1.5), True), {"batch_size": 8})]
+
+
+def test_a_step_of_one_micro_batch_replays_its_calls_as_made():
+    buffer = LogBuffer()
+    buffer.start(8)
+    buffer.record("train/loss", torch.tensor(1.0), (), {"batch_size": 8})
+    buffer.record("train/loss", torch.tensor(3.0), (), {"batch_size": 8})  # twice, as made
+    buffer.commit()
+    calls = []
+    buffer.replay(lambda *args, **kwargs: calls.append((args, kwargs)))
+    assert [float(args[1]) for args, _ in calls] == [1.0, 3.0]

@@ -13,7 +13,7 @@ class StepLearningRateMonitor(LearningRateMonitor):
 
     Lightning's hook asks ``trainer._logger_connector.should_update_logs`` on every step, a
     property that finds the active loop and compares enums: about 160 bytecodes per step of the
-    ~2,000 vramkit's defaults added to a step (opcode tracing of
+    ~3,300 vramkit's defaults added to a step (opcode tracing of
     ``benchmarks/step_overhead.py``). During a fit that question reduces to the step count
     modulo ``log_every_n_steps`` (or a stop), which this asks first (about 20 bytecodes);
     on the steps that may log, Lightning's own hook decides and logs as before.

@@ -442,13 +442,6 @@ class TrainingStepRunner(_StepRunner):
             )
 
     def _lightning_output(self) -> Any:
-        if len(self.results) == 1:  # the usual step: one micro-batch
-            (result,) = self.results
-            if result.loss is None:
-                return None
-            self.state.backward_done = True
-            value = _with_gradient_sync(result.loss, self.plan)
-            return {"loss": value, **result.output} if result.output else value
         losses = [r.loss for r in self.results if r.loss is not None]
         if not losses:
             return None

@@ -41,8 +41,9 @@ class LogBuffer:
     logged: the sample-weighted mean for ``reduce_fx="mean"`` (weights are the calls'
     ``batch_size``, else the micro-batch sizes), the sum, max or min for those reductions.
     Values of other kinds (torchmetrics objects) or other reductions are replayed call by call,
-    and so is a name logged once, with the arguments it was given (nothing is bound or merged
-    on a step that ran as one micro-batch).
+    and so is a name logged once, with the arguments it was given. A step that ran as one
+    micro-batch (the usual step) replays its calls as they were made, nothing bound or merged:
+    what Lightning would have received without the guard.
     """
 
     def __init__(self) -> None:
@@ -74,8 +75,6 @@ class LogBuffer:
         committed, completed = self._committed, self._completed
         self._committed, self._completed = [], 0
         if completed == 1:
-            # The step ran as one micro-batch (the usual step): its calls as they were made,
-            # as Lightning would have received them without the guard.
             for call in committed:
                 log(call.name, call.value, *call.args, **call.kwargs)
             return
