@@ -66,6 +66,7 @@ class TinyRegressor(OOMResilientModule):
         self.limit_from_batch = limit_from_batch  # batches before it run without the limit
         self.limit_now: int | None = None
         self.seen_names: list[str] = []
+        self.step_sizes: list[int] = []  # samples of each training_step call
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = torch.tanh(self.first(x))
@@ -75,6 +76,7 @@ class TinyRegressor(OOMResilientModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         self.limit_now = self.backward_limit if batch_idx >= self.limit_from_batch else None
+        self.step_sizes.append(len(batch["y"]))
         loss = F.mse_loss(self(batch["x"]), batch["y"])
         self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=len(batch["y"]))
         return loss
@@ -186,6 +188,15 @@ def test_oom_in_the_middle_of_backward_adds_each_gradient_once(tmp_path, accumul
     assert _moved(reference)
     _assert_same_weights(recovered, reference)
     assert recovered.oom_state.train_micro_batch == 2
+
+
+def test_a_whole_batch_that_ran_out_of_memory_is_not_tried_again(tmp_path):
+    module = TinyRegressor(backward_limit=4)
+    _fit(tmp_path, module, batch_size=8)
+    # first batch: the whole batch fails in its backward pass, then its two halves; the second
+    # batch starts with the halves. Trying the whole batch twice would show as [8, 8, 4, 4, ...]
+    assert module.step_sizes == [8, 4, 4, 4, 4]
+    assert (module.oom_state.train_recoveries, module.oom_state.last_resorts) == (1, 0)
 
 
 def test_last_resort_saves_a_checkpoint_and_continues_from_it(tmp_path, caplog):

@@ -120,13 +120,18 @@ class _StepRunner(abc.ABC):
         self.logs = LogBuffer()
         self.results: list[_MicroResult] = []
 
-    def _attempts(self) -> bool:
-        """Run the step's samples until all are done; False when this process gave up."""
+    def _attempts(self, whole_batch_failed: bool = False) -> bool:
+        """Run the step's samples until all are done; False when this process gave up.
+        ``whole_batch_failed``: the whole batch was just tried and ran out of memory
+        (:func:`train_whole_batch`), with nothing of it accumulated."""
         segments = [_Segment(0, self.samples)]
         failures = 0
         while True:
             micro_batch = self._learned() or self.samples
-            segments = self._attempt(segments, micro_batch)
+            if whole_batch_failed:
+                whole_batch_failed = False
+            else:
+                segments = self._attempt(segments, micro_batch)
             if not segments:
                 return True
             decision = decide(micro_batch, failures, last_resort=self.phase == "train")
@@ -211,12 +216,7 @@ class _StepRunner(abc.ABC):
         return slice_batch(self.batch, start, stop, self.samples)
 
     def _check_fault(self, size: int) -> None:
-        limit = self.state.fault_above[self.phase]
-        if limit is not None and size > limit:
-            raise torch.cuda.OutOfMemoryError(
-                f"injected by fault.oom_{self.phase}_above={limit}: "
-                f"a {self.phase} micro-batch of {size} samples"
-            )
+        check_fault(self.state, self.phase, size)
 
     def _where(self) -> str:
         rank = f"process {self.trainer.global_rank}, " if self.trainer.world_size > 1 else ""
@@ -269,16 +269,18 @@ class TrainingStepRunner(_StepRunner):
         self._arrivals = plan.arrivals
         self._own_arrivals: GradArrivals | None = None  # installed for this step only
 
-    def run(self) -> Any:
+    def run(self, whole_batch_failed: bool = False) -> Any:
+        """The step's output for Lightning. ``whole_batch_failed``: :func:`train_whole_batch`
+        just ran out of memory on this batch (the step goes on from that failure)."""
         state = self.state
         state.skip_zero_grad = state.backward_done = False
         # Lightning zeroes the gradients after training_step returns (it runs the step first);
         # this step fills them itself, so it zeroes them first and Lightning's call is skipped.
         if self._window_start:
-            self._zero_grad()
+            zero_grads_now(self.module, self.batch_idx)
             state.skip_zero_grad = True
         try:
-            completed = self._attempts()
+            completed = self._attempts(whole_batch_failed)
         finally:
             if self._own_arrivals is not None:
                 self._own_arrivals.remove()
@@ -295,12 +297,6 @@ class TrainingStepRunner(_StepRunner):
     def _remember(self, micro_batch: int) -> None:
         self.state.train_recoveries += 1
         self.state.train_micro_batch = micro_batch
-
-    def _zero_grad(self) -> None:
-        module, trainer = self.module, self.trainer
-        skip, self.state.skip_zero_grad = self.state.skip_zero_grad, False
-        module.optimizer_zero_grad(trainer.current_epoch, self.batch_idx, trainer.optimizers[0])
-        self.state.skip_zero_grad = skip
 
     def _micro_batch(
         self, start: int, stop: int, done: dict[int, torch.nn.Parameter]
@@ -331,19 +327,7 @@ class TrainingStepRunner(_StepRunner):
         if loss is None:
             return _MicroResult(None, None)
         share = loss if micro is self.batch else self._share_of_batch_loss(loss, terms, micro)
-        # Lightning divides the returned loss by accumulate_grad_batches before its own
-        # backward pass; this one must do the same.
-        scaled = share / self._accumulate if self._accumulate > 1 else share
-        if scaled.requires_grad:
-            scaler = getattr(self.trainer.precision_plugin, "scaler", None)
-            if scaler is not None:
-                scaled = scaler.scale(scaled)
-            if self.plan.autocast:
-                # Backward passes run outside autocast, as in Lightning's own loop.
-                with torch.autocast(module.device.type, enabled=False):
-                    module.backward(scaled)
-            else:
-                module.backward(scaled)
+        if _backward(module, self.plan, share, self._accumulate):
             self._gradients_to_keep = True
         return _MicroResult(share.detach(), _detached(extras) if extras else None)
 
@@ -352,7 +336,7 @@ class TrainingStepRunner(_StepRunner):
             return {**segment.done, **self._arrivals.arrived()}
         # Nothing was accumulated before this micro-batch: drop whatever its interrupted
         # backward pass added and redo it all.
-        self._zero_grad()
+        zero_grads_now(self.module, self.batch_idx)
         return {}
 
     def _share_of_batch_loss(
@@ -452,16 +436,114 @@ class TrainingStepRunner(_StepRunner):
         return {"loss": value, **extras} if extras else value
 
 
+OUT_OF_MEMORY = object()  # what train_whole_batch returns after an OOM
+
+
+def takes_whole_batch_first(module: OOMResilientModule, batch_idx: int) -> bool:
+    """Whether this training step may first try :func:`train_whole_batch`: no micro-batch
+    learned yet, and no gradients of earlier batches of an accumulation window to keep."""
+    return (
+        module.oom_state.train_micro_batch is None
+        and batch_idx % module._trainer.accumulate_grad_batches == 0
+    )
+
+
+def train_whole_batch(
+    module: OOMResilientModule,
+    plan: GuardPlan,
+    step: Callable[..., Any],
+    batch: Any,
+    samples: int,
+    batch_idx: int,
+    extra: tuple[Any, ...],
+) -> Any:
+    """The usual training step: the whole batch, forward and backward, then its output for
+    Lightning; :data:`OUT_OF_MEMORY` when it ran out of memory, with its partial gradients
+    zeroed and its log calls dropped, for :class:`TrainingStepRunner` to go on from.
+
+    The same work as the runner's first attempt at the whole batch, without its bookkeeping
+    for segments and micro-batches: on ``benchmarks/step_overhead.py``'s tiny model that
+    bookkeeping was about 600 Python bytecodes (≈ 25 µs) per step.
+    """
+    state = module.oom_state
+    state.skip_zero_grad = state.backward_done = False
+    zero_grads_now(module, batch_idx)
+    state.skip_zero_grad = True
+    logs = LogBuffer()
+    logs.start(samples)
+    state.log_buffer = logs
+    failed = False
+    try:
+        check_fault(state, "train", samples)
+        output = step(module, batch, batch_idx, *extra)
+        loss, extras = _loss_and_extras(output)
+        if loss is not None:
+            _backward(module, plan, loss, module._trainer.accumulate_grad_batches)
+    except RuntimeError as error:
+        if not is_out_of_memory(error):
+            raise
+        failed = True  # memory is released once this frame is gone, see the module docstring
+    finally:
+        state.log_buffer = None
+    if failed:
+        zero_grads_now(module, batch_idx)
+        return OUT_OF_MEMORY
+    logs.commit()
+    logs.replay(module.log)
+    if loss is None:
+        return None
+    state.backward_done = True
+    value = _with_gradient_sync(loss.detach(), plan)
+    extras.pop(LOSS_TERMS, None)
+    return {"loss": value, **_detached(extras)} if extras else value
+
+
+def check_fault(state: OOMRecoveryState, phase: str, size: int) -> None:
+    """Raise the OOM that ``fault.oom_<phase>_above`` injects for a micro-batch of ``size``
+    samples."""
+    limit = state.fault_above[phase]
+    if limit is not None and size > limit:
+        raise torch.cuda.OutOfMemoryError(
+            f"injected by fault.oom_{phase}_above={limit}: a {phase} micro-batch of {size} samples"
+        )
+
+
+def zero_grads_now(module: OOMResilientModule, batch_idx: int) -> None:
+    """Zero the gradients through the module's ``optimizer_zero_grad`` (a user's override
+    included), even while Lightning's own call after the step is to be skipped."""
+    state, trainer = module.oom_state, module._trainer
+    skip, state.skip_zero_grad = state.skip_zero_grad, False
+    module.optimizer_zero_grad(trainer.current_epoch, batch_idx, trainer.optimizers[0])
+    state.skip_zero_grad = skip
+
+
+def _backward(
+    module: OOMResilientModule, plan: GuardPlan, loss: torch.Tensor, accumulate: int
+) -> bool:
+    """The backward pass Lightning would run on ``loss``; False when ``loss`` has no graph."""
+    # Lightning divides the returned loss by accumulate_grad_batches before its own backward
+    # pass; this one must do the same.
+    scaled = loss / accumulate if accumulate > 1 else loss
+    if not scaled.requires_grad:
+        return False
+    scaler = getattr(module._trainer.precision_plugin, "scaler", None)
+    if scaler is not None:
+        scaled = scaler.scale(scaled)
+    if plan.autocast:
+        # Backward passes run outside autocast, as in Lightning's own loop.
+        with torch.autocast(module.device.type, enabled=False):
+            module.backward(scaled)
+    else:
+        module.backward(scaled)
+    return True
+
+
 def idle_training_output(module: OOMResilientModule, plan: GuardPlan, batch_idx: int) -> Any:
     """The output of a training step that does no work (its process gave up and waits for the
     others, see :mod:`vramkit.core.oom.give_up`): zero gradients, a zero loss, and under DDP
     the gradient all-reduce the other processes start."""
-    state = module.oom_state
-    trainer = module.trainer
-    skip, state.skip_zero_grad = state.skip_zero_grad, False
-    module.optimizer_zero_grad(trainer.current_epoch, batch_idx, trainer.optimizers[0])
-    state.skip_zero_grad = skip
-    state.backward_done = True
+    zero_grads_now(module, batch_idx)
+    module.oom_state.backward_done = True
     return _with_gradient_sync(torch.zeros((), device=module.device), plan)
 
 

@@ -47,11 +47,14 @@ from vramkit.core.data.batches import batch_size_of
 from vramkit.core.oom.give_up import stop_together
 from vramkit.core.oom.guard_plan import GuardPlan
 from vramkit.core.oom.guarded_steps import (
+    OUT_OF_MEMORY,
     LossWeight,
     OOMRecoveryState,
     TrainingStepRunner,
     ValidationStepRunner,
     idle_training_output,
+    takes_whole_batch_first,
+    train_whole_batch,
     without_loss_terms,
 )
 
@@ -83,7 +86,14 @@ def _guard_training_step(step: Callable[..., Any]) -> Callable[..., Any]:
             return without_loss_terms(step(self, batch, batch_idx, *extra))
         state.depth += 1
         try:
-            return TrainingStepRunner(self, plan, step, batch, samples, batch_idx, extra).run()
+            whole_batch_failed = False
+            if takes_whole_batch_first(self, batch_idx):
+                output = train_whole_batch(self, plan, step, batch, samples, batch_idx, extra)
+                if output is not OUT_OF_MEMORY:
+                    return output
+                whole_batch_failed = True
+            runner = TrainingStepRunner(self, plan, step, batch, samples, batch_idx, extra)
+            return runner.run(whole_batch_failed)
         finally:
             state.depth -= 1
 
