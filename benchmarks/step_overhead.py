@@ -22,7 +22,8 @@ the end-of-fit checkpoint do not count. A shared machine's load drifts by tens o
 within seconds, so nothing is compared across separate moments: ``lightning`` and ``vramkit``
 run in two processes on one core that take turns every 10 steps (a fresh pair of processes
 and one run of each per round, the mean over its steps), and the guard's cost is the median
-difference between adjacent steps of one fit. Objects alive before a run (the imports) are
+difference between adjacent steps of one fit (for the whole of vramkit, between adjacent
+blocks of 10 steps, each with one logging step). Objects alive before a run (the imports) are
 frozen out of the garbage collector, whose full passes over them would add tens of
 milliseconds at random steps. Each figure is the median over rounds with its spread (min,
 max); ``guard_us_per_param_tensor`` is the slope of the guard's cost from 4 to 600 tensors.
@@ -161,16 +162,18 @@ class GuardedTiny(OOMResilientModule):
 
 
 class AlternatelyGuardedTiny(GuardedTiny):
-    """Guards only the steps whose index has the parity ``guarded_parity``: the others are
-    marked as nested in a guarded step, so the guard lets them through."""
+    """Guards only the blocks of ``block`` steps whose index has the parity
+    ``guarded_parity``: the other steps are marked as nested in a guarded step, so the guard
+    lets them through."""
 
-    def __init__(self, param_tensors: int, guarded_parity: int) -> None:
+    def __init__(self, param_tensors: int, guarded_parity: int, block: int = 1) -> None:
         super().__init__(param_tensors)
         self.guarded_parity = guarded_parity
+        self.block = block
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         super().on_train_batch_start(batch, batch_idx)
-        self.oom_state.depth = int(batch_idx % 2 != self.guarded_parity)
+        self.oom_state.depth = int(batch_idx // self.block % 2 != self.guarded_parity)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.oom_state.depth = 0
@@ -393,9 +396,10 @@ class _StepStart(L.Callback):
 
 class _SwapCallbacks(L.Callback):
     """At the end of each step (register it last), gives the next step vramkit's callbacks if
-    its index has the parity ``on_parity``, else none but the two timing callbacks and the
-    progress bar (Rich's columns read it from ``trainer.progress_bar_callback`` whenever the
-    bar redraws; off a terminal its batch hooks are off anyway)."""
+    its block of ``TURN_STEPS`` steps has the parity ``on_parity``, else none but the two
+    timing callbacks and the progress bar (Rich's columns read it from
+    ``trainer.progress_bar_callback`` whenever the bar redraws; off a terminal its batch hooks
+    are off anyway)."""
 
     def __init__(self, stamp: _StepStart, vramkit: list[L.Callback], on_parity: int) -> None:
         self.on = [stamp, *vramkit, self]
@@ -404,26 +408,28 @@ class _SwapCallbacks(L.Callback):
         self.on_parity = on_parity
 
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
-        next_step = trainer.global_step
-        trainer.callbacks = self.on if next_step % 2 == self.on_parity else self.off
+        next_block = trainer.global_step // TURN_STEPS
+        trainer.callbacks = self.on if next_block % 2 == self.on_parity else self.off
 
 
 def in_fit_us(steps: int, work: Path, on_parity: int) -> float:
     """CPU microseconds a step with vramkit's guard and callbacks takes over one without them
-    in the same fit (the guard and the callbacks switched on for every other step): the median
-    over the step pairs. One process, so what a process's memory layout adds to all its steps
-    cancels out, unlike between the two processes of the lockstep pair; what a process does
-    beside its steps (a progress bar's thread) does not count here. Steps of one parity differ
-    from the other's (Lightning logs on odd steps at ``log_every_n_steps=10``), so rounds
-    alternate ``on_parity`` and the median over rounds lies between the two."""
+    in the same fit: blocks of ``TURN_STEPS`` steps alternate between the two, and the figure
+    is the median over pairs of adjacent blocks of their mean step times' difference. One
+    process, so what a process's memory layout adds to all its steps cancels out, unlike
+    between the two processes of the lockstep pair; what a process does beside its steps (a
+    progress bar's thread) does not count here. A block is as long as the logging interval
+    (``log_every_n_steps``), so each holds one logging step, whose periodic work (Lightning's
+    and the callbacks' logging) counts as it does in a run: alternating single steps put every
+    logging step on one side (the medians of the two parities read -19 and +78 us)."""
     trainer = _vramkit_trainer(steps, work)
     stamp = _StepStart()
     swap = _SwapCallbacks(stamp, list(trainer.callbacks), on_parity)
     for callback in (stamp, swap):
         skip_idle_batch_hooks(callback)
-    trainer.callbacks = swap.on  # every callback sets up; steps alternate from the first
-    _fit(trainer, AlternatelyGuardedTiny(4, on_parity), steps)
-    return alternate_steps_difference_us(stamp.marks, on_parity)
+    trainer.callbacks = swap.on  # every callback sets up; blocks alternate from the first
+    _fit(trainer, AlternatelyGuardedTiny(4, on_parity, block=TURN_STEPS), steps)
+    return alternate_steps_difference_us(stamp.marks, on_parity, block=TURN_STEPS)
 
 
 def guard_us(steps: int, work: Path, param_tensors: int, guarded_parity: int) -> float:
@@ -436,12 +442,20 @@ def guard_us(steps: int, work: Path, param_tensors: int, guarded_parity: int) ->
     return alternate_steps_difference_us(module.marks, guarded_parity)
 
 
-def alternate_steps_difference_us(marks: Sequence[float], on_parity: int) -> float:
-    """The median over step pairs of a step of parity ``on_parity`` minus the step after it
-    (CPU microseconds), warm-up steps left out."""
+def alternate_steps_difference_us(marks: Sequence[float], on_parity: int, block: int = 1) -> float:
+    """The median over pairs of adjacent blocks of ``block`` steps of the mean step time of a
+    block of parity ``on_parity`` minus that of the block after it (CPU microseconds), warm-up
+    steps and incomplete blocks left out; ``block=1`` pairs single steps."""
     intervals = step_intervals_us(marks)  # intervals[i] is step WARMUP_STEPS + i
-    first = (on_parity - WARMUP_STEPS) % 2
-    on, off = intervals[first::2], intervals[first + 1 :: 2]
+    skip = -WARMUP_STEPS % block  # steps before the first whole block
+    means = [
+        statistics.fmean(intervals[start : start + block])
+        for start in range(skip, len(intervals) - block + 1, block)
+    ]
+    first = ((WARMUP_STEPS + skip) // block - on_parity) % 2  # first block of parity on_parity
+    on, off = means[first::2], means[first + 1 :: 2]
+    if not off:
+        raise ValueError(f"{len(marks)} steps hold no pair of {block}-step blocks after warm-up")
     return statistics.median(a - b for a, b in zip(on, off, strict=False))
 
 
@@ -453,7 +467,7 @@ def _summary(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
+def run(rounds: int = 16, steps: int = 300) -> dict[str, Any]:
     """``rounds`` rounds of every measurement, ``steps`` training steps each."""
     quiet_libraries()
     torch.set_num_threads(1)
@@ -494,6 +508,10 @@ def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
         mine - theirs for mine, theirs in zip(pair["vramkit"], pair["lightning"], strict=True)
     ]
     headline = statistics.median(vramkit_minus_lightning)
+    percent = [
+        100.0 * (mine / theirs - 1.0)
+        for mine, theirs in zip(pair["vramkit"], pair["lightning"], strict=True)
+    ]
     slope = statistics.median(slopes)
     return {
         "rounds": rounds,
@@ -510,6 +528,7 @@ def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
         "bytecodes_per_step": bytecodes,
         "vramkit_minus_lightning_bytecodes": bytecodes["vramkit"] - bytecodes["lightning"],
         "vramkit_minus_lightning_us_spread": _summary(vramkit_minus_lightning),
+        "vramkit_minus_lightning_percent": _summary(percent),
         "guard_us": {str(size): _summary(values) for size, values in sizes.items()},
         "guard_us_per_param_tensor": round(slope, 4),
         "guard_us_per_param_tensor_spread": _summary(slopes),
@@ -532,8 +551,10 @@ def run(rounds: int = 8, steps: int = 300) -> dict[str, Any]:
         f"slope of guard_us from {first} to {last} parameter tensors; plain: measured on its "
         "own, paired with nothing; bytecodes_per_step: Python bytecodes per step, traced over "
         "up to 100 steps after the warm-up; vramkit_minus_lightning_in_fit_us: in one fit, "
-        "steps with vramkit's guard and callbacks minus the next step without them (every "
-        "other step switched), the median over step pairs, one fit per round",
+        f"blocks of {TURN_STEPS} steps with vramkit's guard and callbacks and without them "
+        "alternate, the median over adjacent block pairs of the difference of their mean step "
+        "times, one fit per round; vramkit_minus_lightning_percent: the pair's difference in "
+        "percent of the Lightning side's step, per round",
     }
 
 
@@ -541,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Command line; returns the numbers written."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.step_overhead", description=__doc__)
     parser.add_argument(
-        "--rounds", type=int, default=8, help="rounds of every measurement (even: see guard_us)"
+        "--rounds", type=int, default=16, help="rounds of every measurement (even: see guard_us)"
     )
     parser.add_argument("--steps", type=int, default=300, help="training steps per run")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="folder of the JSON file")

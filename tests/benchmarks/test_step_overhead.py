@@ -17,6 +17,26 @@ def test_step_times_leave_the_warm_up_out():
         step_overhead.per_step_us(warm_up)
 
 
+@pytest.mark.parametrize("on_parity", [0, 1])
+def test_alternating_blocks_are_paired_on_then_off(on_parity):
+    block = step_overhead.TURN_STEPS
+    # 1 ms steps; the blocks of parity on_parity cost 0.1 ms more per step, and one step of
+    # every block (the logging step) 5 ms more, which pairing single steps would put on one side
+    times, mark = [], 0.0
+    for step in range(step_overhead.WARMUP_STEPS + 6 * block + 1):
+        times.append(mark)
+        extra = 1e-4 if step // block % 2 == on_parity else 0.0
+        mark += 1e-3 + extra + (5e-3 if step % block == block - 1 else 0.0)
+    difference = step_overhead.alternate_steps_difference_us(times, on_parity, block=block)
+    assert difference == pytest.approx(100.0)
+    single = step_overhead.alternate_steps_difference_us(times, on_parity)
+    assert single != pytest.approx(100.0)
+    with pytest.raises(ValueError, match="no pair"):
+        step_overhead.alternate_steps_difference_us(
+            times[: step_overhead.WARMUP_STEPS + block], 0, block=block
+        )
+
+
 def test_summary_line_shows_both_targets():
     results = {
         "vramkit_minus_lightning_us": 140.0,
@@ -32,7 +52,7 @@ def test_summary_line_shows_both_targets():
 
 @pytest.mark.slow
 def test_a_tiny_run_measures_every_side_and_checks_the_targets():
-    steps = step_overhead.WARMUP_STEPS + 12
+    steps = step_overhead.WARMUP_STEPS + 3 * step_overhead.TURN_STEPS + 2  # a block pair each way
     numbers = step_overhead.run(rounds=2, steps=steps)
     assert set(numbers["step_us"]) == {"plain", "lightning", "vramkit"}
     assert all(numbers["step_us"][side]["min"] > 0 for side in numbers["step_us"])

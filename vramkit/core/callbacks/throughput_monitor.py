@@ -148,6 +148,15 @@ class _TrainTotals:
         self.samples += samples
         self.batches += 1
 
+    def plus(self, other: _TrainTotals) -> _TrainTotals:
+        """The totals of both spans."""
+        return _TrainTotals(
+            self.seconds + other.seconds,
+            self.wait_seconds + other.wait_seconds,
+            self.samples + other.samples,
+            self.batches + other.batches,
+        )
+
 
 class ThroughputMonitor(L.Callback):
     """Logs ``perf/*`` throughput metrics during fit and a summary table at its end.
@@ -218,6 +227,8 @@ class ThroughputMonitor(L.Callback):
         self._window = _TrainTotals()
         self._window_steps: list[float] = []
         self._steps_since_log = 0
+        # The run's totals and recent step times up to the last logged window: a step adds to
+        # the window only, and each window joins the run when it is logged.
         self._run = _TrainTotals()
         self._recent_steps: deque[float] = deque(maxlen=self.summary_window)
         self._val_start: Any = None
@@ -232,7 +243,7 @@ class ThroughputMonitor(L.Callback):
     @property
     def measured_steps(self) -> int:
         """Training steps whose times are in the statistics so far (warm-up steps left out)."""
-        return self._run.batches
+        return self._run_totals().batches
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit":
@@ -388,9 +399,7 @@ class ThroughputMonitor(L.Callback):
             iteration = clock.seconds(before, end)
             wait = clock.seconds(before, start)
             self._window.add(iteration, wait, samples)
-            self._run.add(iteration, wait, samples)
             self._window_steps.append(iteration)
-            self._recent_steps.append(iteration)
         while self._pending_validation:
             span = self._pending_validation[0]
             if not block and not self._clock.ready(span.end):
@@ -401,10 +410,15 @@ class ThroughputMonitor(L.Callback):
             self._val_samples_total += span.samples
             self._last_validation = (seconds, span.samples)
 
+    def _run_totals(self) -> _TrainTotals:
+        """The training totals of the whole run so far, the window not yet logged included."""
+        return self._run.plus(self._window)
+
     def _train_seconds_per_sample(self) -> float | None:
-        if self._run.samples == 0:
+        run = self._run_totals()
+        if run.samples == 0:
             return None
-        return self._run.seconds / self._run.samples
+        return run.seconds / run.samples
 
     def _train_metrics(
         self, totals: _TrainTotals, steps: list[float] | deque[float]
@@ -425,12 +439,16 @@ class ThroughputMonitor(L.Callback):
 
     def _log_train_window(self, trainer: L.Trainer, step: int | None = None) -> None:
         metrics = self._train_metrics(self._window, self._window_steps)
+        self._run = self._run_totals()
+        self._recent_steps.extend(self._window_steps)
         self._window = _TrainTotals()
         self._window_steps = []
         _log_metrics(trainer, metrics, step)
 
     def _summary(self) -> dict[str, float]:
-        summary = self._train_metrics(self._run, self._recent_steps)
+        recent = deque(self._recent_steps, maxlen=self.summary_window)
+        recent.extend(self._window_steps)
+        summary = self._train_metrics(self._run_totals(), recent)
         if self._val_samples_total > 0 and self._val_seconds > 0:
             summary["perf/val_samples_per_s"] = (
                 self._val_samples_total * self._world_size / self._val_seconds
@@ -461,9 +479,9 @@ class ThroughputMonitor(L.Callback):
         if self.flops_per_batch is not None:
             cells.append(["FLOPs per training batch", f"{self.flops_per_batch / 1e9:.2f} G", ""])
         caption = (
-            f"{self._run.batches} training steps measured "
+            f"{self.measured_steps} training steps measured "
             f"(first {self.warmup_steps} left out; percentiles over the last "
-            f"{min(self._run.batches, self.summary_window)})"
+            f"{min(self.measured_steps, self.summary_window)})"
         )
         return render_table(
             ["measure", "value", "metric"],

@@ -47,8 +47,9 @@ class LogBuffer:
     """
 
     def __init__(self) -> None:
-        self._committed: list[_Call] = []
-        self._pending: list[_Call] = []
+        # Calls as plain tuples, the fields of _Call: recorded on every step, merged rarely.
+        self._committed: list[tuple[Any, ...]] = []
+        self._pending: list[tuple[Any, ...]] = []
         self._samples = 0
         self._completed = 0  # micro-batches committed since the last replay
 
@@ -58,7 +59,7 @@ class LogBuffer:
 
     def record(self, name: str, value: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Hold back one ``log(name, value, *args, **kwargs)`` call of the running micro-batch."""
-        self._pending.append(_Call(name, value, args, kwargs, self._samples))
+        self._pending.append((name, value, args, kwargs, self._samples))
 
     def commit(self) -> None:
         """Keep the calls of the micro-batch that just completed."""
@@ -75,11 +76,12 @@ class LogBuffer:
         committed, completed = self._committed, self._completed
         self._committed, self._completed = [], 0
         if completed == 1:
-            for call in committed:
-                log(call.name, call.value, *call.args, **call.kwargs)
+            for name, value, args, kwargs, _ in committed:
+                log(name, value, *args, **kwargs)
             return
         groups: dict[str, list[_Call]] = {}
-        for call in committed:
+        for fields in committed:
+            call = _Call(*fields)
             groups.setdefault(call.name, []).append(call)
         for name, calls in groups.items():
             merged = _merge(calls) if len(calls) > 1 else None
