@@ -22,10 +22,10 @@ the end-of-fit checkpoint do not count. A shared machine's load drifts by tens o
 within seconds, so nothing is compared across separate moments: ``lightning`` and ``vramkit``
 run in two processes on one core that take turns every 10 steps (a fresh pair of processes
 and one run of each per round, the mean over its steps), and the guard's cost is the median
-difference between adjacent steps of one fit (for the whole of vramkit, between adjacent
-blocks of 10 steps, each with one logging step). Objects alive before a run (the imports) are
-frozen out of the garbage collector, whose full passes over them would add tens of
-milliseconds at random steps. Each figure is the median over rounds with its spread (min,
+difference between adjacent steps of one fit (for the whole of vramkit, a step against the
+step at the same place of the next block of 10 steps). Objects alive before a run (the
+imports) are frozen out of the garbage collector, whose full passes over them would add tens
+of milliseconds at random steps. Each figure is the median over rounds with its spread (min,
 max); ``guard_us_per_param_tensor`` is the slope of the guard's cost from 4 to 600 tensors.
 ``bytecodes_per_step`` counts the Python bytecodes of a step of each side (opcode tracing over
 up to 100 steps): the one figure here that load does not move, for telling a change of the
@@ -415,13 +415,13 @@ class _SwapCallbacks(L.Callback):
 def in_fit_us(steps: int, work: Path, on_parity: int) -> float:
     """CPU microseconds a step with vramkit's guard and callbacks takes over one without them
     in the same fit: blocks of ``TURN_STEPS`` steps alternate between the two, and the figure
-    is the median over pairs of adjacent blocks of their mean step times' difference. One
+    is the median difference between a step and the step at the same place of the next block. One
     process, so what a process's memory layout adds to all its steps cancels out, unlike
     between the two processes of the lockstep pair; what a process does beside its steps (a
     progress bar's thread) does not count here. A block is as long as the logging interval
-    (``log_every_n_steps``), so each holds one logging step, whose periodic work (Lightning's
-    and the callbacks' logging) counts as it does in a run: alternating single steps put every
-    logging step on one side (the medians of the two parities read -19 and +78 us)."""
+    (``log_every_n_steps``), so a logging step is paired with a logging step: alternating
+    single steps put every logging step on one side (the medians of the two parities read
+    -19 and +78 us over 16 rounds)."""
     trainer = _vramkit_trainer(steps, work)
     stamp = _StepStart()
     swap = _SwapCallbacks(stamp, list(trainer.callbacks), on_parity)
@@ -443,20 +443,21 @@ def guard_us(steps: int, work: Path, param_tensors: int, guarded_parity: int) ->
 
 
 def alternate_steps_difference_us(marks: Sequence[float], on_parity: int, block: int = 1) -> float:
-    """The median over pairs of adjacent blocks of ``block`` steps of the mean step time of a
-    block of parity ``on_parity`` minus that of the block after it (CPU microseconds), warm-up
-    steps and incomplete blocks left out; ``block=1`` pairs single steps."""
+    """The median, over the steps of every block of ``block`` steps with parity ``on_parity``,
+    of a step's time minus that of the step at the same place in the next block (CPU
+    microseconds), warm-up steps and incomplete blocks left out; ``block=1`` pairs adjacent
+    steps. A median over steps, not over block means: a block's mean moves with the load of
+    its moment (10 steps last about 30 ms), a median of step pairs much less."""
     intervals = step_intervals_us(marks)  # intervals[i] is step WARMUP_STEPS + i
     skip = -WARMUP_STEPS % block  # steps before the first whole block
-    means = [
-        statistics.fmean(intervals[start : start + block])
-        for start in range(skip, len(intervals) - block + 1, block)
+    blocks = [
+        intervals[start : start + block] for start in range(skip, len(intervals) - block + 1, block)
     ]
     first = ((WARMUP_STEPS + skip) // block - on_parity) % 2  # first block of parity on_parity
-    on, off = means[first::2], means[first + 1 :: 2]
-    if not off:
+    pairs = list(zip(blocks[first::2], blocks[first + 1 :: 2], strict=False))
+    if not pairs:
         raise ValueError(f"{len(marks)} steps hold no pair of {block}-step blocks after warm-up")
-    return statistics.median(a - b for a, b in zip(on, off, strict=False))
+    return statistics.median(a - b for on, off in pairs for a, b in zip(on, off, strict=True))
 
 
 def _summary(values: Sequence[float]) -> dict[str, float]:
@@ -552,9 +553,9 @@ def run(rounds: int = 16, steps: int = 300) -> dict[str, Any]:
         "own, paired with nothing; bytecodes_per_step: Python bytecodes per step, traced over "
         "up to 100 steps after the warm-up; vramkit_minus_lightning_in_fit_us: in one fit, "
         f"blocks of {TURN_STEPS} steps with vramkit's guard and callbacks and without them "
-        "alternate, the median over adjacent block pairs of the difference of their mean step "
-        "times, one fit per round; vramkit_minus_lightning_percent: the pair's difference in "
-        "percent of the Lightning side's step, per round",
+        "alternate, the median over steps of a step's time minus the step's at the same place "
+        "of the next block, one fit per round; vramkit_minus_lightning_percent: the pair's "
+        "difference in percent of the Lightning side's step, per round",
     }
 
 
