@@ -88,3 +88,23 @@ def test_a_bent_figure_or_a_moving_peak_is_not_affine():
     assert not check.compare(bent, _figures(240, 24_000), target=24)["affine"]
     moving = [_figures(10 * n, 1000 * n, f"phase {n}") for n in check.SHORT_COUNTS]
     assert not check.compare(moving, _figures(240, 24_000), target=24)["affine"]
+
+
+@pytest.mark.parametrize("replayed", [3 << 30, 1 << 30])  # above, then below the reserve floor
+def test_the_carried_overhead_is_the_planners_own(replayed):
+    from vramkit.core.planner.allocator_model import replay_reserved
+    from vramkit.core.planner.cuda_rules import DeviceRules
+
+    t4 = DeviceRules(capability=(7, 5), flash_attention=False, mem_efficient_attention=True)
+    allocated = 2 << 30
+    events = [(0, replayed)]
+    workspaces = [(-1 - i, size) for i, size in enumerate(t4.workspace_sizes(backward=True))]
+    numbers = dict.fromkeys((f"allocated.{c}" for c in CATEGORIES), 0)
+    numbers |= {  # what the check records: the planner's own replay, workspaces first
+        "allocated.activations": allocated,
+        "replayed_reserve": replay_reserved([*workspaces, *events]),
+    }
+    planner_overhead = t4.overhead_bytes(allocated, events, backward=True)
+    derived = check.derive(numbers, t4, backward=True)
+    assert derived["overhead"] == planner_overhead
+    assert derived["peak"] == allocated + planner_overhead
