@@ -13,7 +13,9 @@ It runs the plan command in this process with `MemoryPlanner._trace` wrapped: ea
 is traced with the block list cut to `SHORT_COUNTS` blocks and then whole (the plan goes on with
 the whole trace, so the command prints its usual plan). A measurement counts as *affine* when
 every integer figure has a zero second difference over the three counts and everything else is
-equal; *exact* when the carried figures also equal the full trace's.
+equal; *exact* when the carried figures also equal the full trace's. It also checks the
+allocation sequence the reserve is replayed from (`sequence_check`): whether, sizes only, the
+N-block sequence is the k-block one with the chunks k+1 blocks insert repeated N-k times.
 
     python -m benchmarks.layer_extrapolation [--no-write] [--plan "OVERRIDES" ...]
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib.util
 import io
 import sys
@@ -201,6 +204,45 @@ def compare(
     }
 
 
+def size_tokens(events: Sequence[tuple[int, int]]) -> list[tuple[str, int]]:
+    """`events` ((serial, bytes) allocates, (serial, 0) frees) without their serials: which
+    size is allocated or given back, in order."""
+    sizes: dict[int, int] = {}
+    tokens = []
+    for serial, nbytes in events:
+        if nbytes:
+            sizes[serial] = nbytes
+            tokens.append(("malloc", nbytes))
+        else:
+            tokens.append(("free", sizes[serial]))
+    return tokens
+
+
+def sequence_check(short: Sequence[Sequence], full: Sequence, target: int) -> dict:
+    """Whether the allocation sequence of `target` blocks, sizes only, is the k-block one with
+    the chunks that k+1 blocks insert repeated `target - k` times, the same chunks that k+2
+    blocks insert again. Which block each free gives back (what the allocator's reserve also
+    depends on) is not checked here."""
+    tokens = [size_tokens(events) for events in short]
+    first = difflib.SequenceMatcher(None, tokens[0], tokens[1], autojunk=False).get_opcodes()
+    second = difflib.SequenceMatcher(None, tokens[1], tokens[2], autojunk=False).get_opcodes()
+    inserted = [tokens[1][j1:j2] for tag, _, _, j1, j2 in first if tag == "insert"]
+    inserts_only = all(tag in ("equal", "insert") for tag, *_ in first)
+    again = [tokens[2][j1:j2] for tag, _, _, j1, j2 in second if tag == "insert"]
+    built = []
+    for tag, i1, i2, j1, j2 in first:
+        built += (
+            tokens[0][i1:i2] if tag == "equal" else tokens[1][j1:j2] * (target - SHORT_COUNTS[0])
+        )
+    return {
+        "events": [len(events) for events in (*short, full)],
+        "inserted_chunks": len(inserted),
+        "inserts_only": inserts_only,
+        "same_chunks_again": inserted == again,
+        "sizes_carried_exactly": inserts_only and built == size_tokens(full),
+    }
+
+
 class ShortTraceCheck:
     """Wraps `MemoryPlanner._trace` (see the module docstring); `rows` holds one entry per
     phase measurement."""
@@ -223,7 +265,7 @@ class ShortTraceCheck:
             return holders(recorder, top, with_workspaces=with_workspaces)
 
         def replay_and_keep(events):
-            check._replayed = replay(events)
+            check._replayed, check._events = replay(events), list(events)
             return check._replayed
 
         def cut_subject(planner_self, setup):
@@ -251,7 +293,7 @@ class ShortTraceCheck:
 
     def _traced(self, trace, planner, phase, batch_size, setup, count):
         self._count, self._cut = count, None
-        self._replayed = 0
+        self._replayed, self._events = 0, []
         started = time.process_time()
         try:
             plan = trace(planner, phase, batch_size, setup)
@@ -259,19 +301,22 @@ class ShortTraceCheck:
             if self._cut is not None:
                 self._cut.__exit__(None, None, None)
             self._count = None
-        return plan, self._replayed, time.process_time() - started
+        return plan, (self._replayed, self._events), time.process_time() - started
 
     def _measure(self, trace, planner, phase, batch_size, setup):
         blocks = repeated_blocks(planner._subject(setup).module)
-        full, replayed, full_s = self._traced(trace, planner, phase, batch_size, setup, None)
+        full, (replayed, events), full_s = self._traced(
+            trace, planner, phase, batch_size, setup, None
+        )
         if blocks is None or len(blocks) <= SHORT_COUNTS[-1] + 1:
             return full
-        short, short_s = [], 0.0
+        short, short_events, short_s = [], [], 0.0
         for count in SHORT_COUNTS:
-            plan, short_replayed, seconds = self._traced(
+            plan, (short_replayed, some_events), seconds = self._traced(
                 trace, planner, phase, batch_size, setup, count
             )
             short.append(_figures(plan, short_replayed))
+            short_events.append(some_events)
             short_s += seconds
         row = {
             "phase": phase,
@@ -283,6 +328,7 @@ class ShortTraceCheck:
         row |= compare(
             short, _figures(full, replayed), len(blocks), setup.device, phase == plan_module.TRAIN
         )
+        row["allocation_sequence"] = sequence_check(short_events, events, len(blocks))
         self.rows.append(row)
         return full
 
@@ -327,6 +373,9 @@ def summary(rows: Sequence[dict]) -> dict:
             f"{row['phase']} {row['setup']}" for row in affine if not row["exact"]
         ],
         "worst_relative_error_when_affine": {k: v for k, v in worst.items() if v},
+        "allocation_sizes_carried_exactly": sum(
+            row["allocation_sequence"]["sizes_carried_exactly"] for row in rows
+        ),
         "cpu_s_short_traces": round(sum(r["cpu_s"]["short_traces"] for r in rows), 1),
         "cpu_s_full_traces": round(sum(r["cpu_s"]["full_trace"] for r in rows), 1),
     }
@@ -339,7 +388,11 @@ def _verdict(row: dict) -> str:
     verdict = "exact" if row["exact"] else "affine, WRONG" if row["affine"] else "not affine"
     if row["holder_rows_not_carried"]:
         wrong["holder rows"] = row["holder_rows_not_carried"]
-    return f"{verdict}; second differences {bent}; carried - full {wrong}"
+    sizes = row["allocation_sequence"]["sizes_carried_exactly"]
+    return (
+        f"{verdict}; second differences {bent}; carried - full {wrong}; "
+        f"allocation sizes carried exactly: {sizes}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -108,3 +108,25 @@ def test_the_carried_overhead_is_the_planners_own(replayed):
     derived = check.derive(numbers, t4, backward=True)
     assert derived["overhead"] == planner_overhead
     assert derived["peak"] == allocated + planner_overhead
+
+
+def _events(blocks: int) -> list[tuple[int, int]]:
+    """A forward that saves 8 bytes per block and frees a 4-byte temporary, then a backward
+    that gives the saved tensors back in reverse."""
+    events, serial = [(0, 100)], 1
+    saved = []
+    for _ in range(blocks):
+        events += [(serial, 8), (serial + 1, 4), (serial + 1, 0)]
+        saved.append(serial)
+        serial += 2
+    events += [(serial, 50)]
+    events += [(s, 0) for s in reversed(saved)]
+    return events
+
+
+def test_an_allocation_sequence_carried_by_its_inserted_chunks():
+    short = [_events(n) for n in check.SHORT_COUNTS]
+    found = check.sequence_check(short, _events(24), target=24)
+    assert found["inserts_only"] and found["same_chunks_again"]
+    assert found["sizes_carried_exactly"]
+    assert not check.sequence_check(short, _events(23), target=24)["sizes_carried_exactly"]
