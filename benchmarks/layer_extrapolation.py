@@ -10,8 +10,8 @@ figure: bytes allocated at the peak per category, the caching-allocator model's 
 workspaces, when the peak happens, and the peak-holder rows.
 
 It runs the plan command in this process with `MemoryPlanner._trace` wrapped: each measurement
-is traced with the block list cut to `SHORT_COUNTS` blocks and then whole (the plan goes on with
-the whole trace, so the command prints its usual plan). A measurement counts as *affine* when
+is traced whole and then with the block list cut to `SHORT_COUNTS` blocks (the plan goes on with
+the whole trace, so the command makes its usual plan). A measurement counts as *affine* when
 every integer figure has a zero second difference over the three counts and everything else is
 equal; *exact* when the carried figures also equal the full trace's. It also checks the
 allocation sequence the reserve is replayed from (`sequence_check`): whether, sizes only, the
