@@ -199,6 +199,27 @@ def test_a_whole_batch_that_ran_out_of_memory_is_not_tried_again(tmp_path):
     assert (module.oom_state.train_recoveries, module.oom_state.last_resorts) == (1, 0)
 
 
+class _CountsItsLogCalls(TinyRegressor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.log_calls = 0
+
+    def log(self, name: str, value, *args, **kwargs) -> None:
+        self.log_calls += 1
+        super().log(name, value, *args, **kwargs)
+
+
+@pytest.mark.parametrize("oom_train_above", [None, 4])
+def test_a_log_override_runs_once_per_call(tmp_path, oom_train_above):
+    module = _CountsItsLogCalls()
+    fault = OOMFaultInjection(oom_train_above=oom_train_above) if oom_train_above else None
+    _fit(tmp_path, module, batch_size=8, fault=fault)
+    # one self.log per training_step call (a split step calls it once per micro-batch); the
+    # split step adds its own oom/* metrics through the module's log
+    oom_metrics = 4 * module.oom_state.train_recoveries * (SAMPLES // 8)
+    assert module.log_calls == len(module.step_sizes) + oom_metrics
+
+
 def test_last_resort_saves_a_checkpoint_and_continues_from_it(tmp_path, caplog):
     reference = TinyRegressor(optimizer="adamw")
     _fit(tmp_path / "reference", reference, epochs=2)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import lightning as L
 import torch
 from lightning.pytorch.utilities.memory import is_oom_error
 
@@ -33,8 +34,6 @@ from vramkit.core.oom.log_buffer import LogBuffer
 from vramkit.core.oom.policy import Action, decide
 
 if TYPE_CHECKING:
-    import lightning as L
-
     from vramkit.core.oom.guard_plan import GuardPlan
     from vramkit.core.oom.resilient_module import OOMResilientModule
 
@@ -286,7 +285,7 @@ class TrainingStepRunner(_StepRunner):
                 self._own_arrivals.remove()
         if not completed:
             return idle_training_output(self.module, self.plan, self.batch_idx)
-        self.logs.replay(self.module.log)
+        self.logs.replay(lightning_log(self.module))
         if state.train_recoveries:
             self._report()
         return self._lightning_output()
@@ -489,13 +488,19 @@ def train_whole_batch(
         zero_grads_now(module, batch_idx)
         return OUT_OF_MEMORY
     logs.commit()
-    logs.replay(module.log)
+    logs.replay(lightning_log(module))
     if loss is None:
         return None
     state.backward_done = True
     value = _with_gradient_sync(loss.detach(), plan)
     extras.pop(LOSS_TERMS, None)
     return {"loss": value, **_detached(extras)} if extras else value
+
+
+def lightning_log(module: OOMResilientModule) -> Callable[..., None]:
+    """Lightning's own ``log`` of ``module``, where held-back calls go: a subclass's override
+    of ``log`` ran when the call was recorded, and must not run again for the replay."""
+    return L.LightningModule.log.__get__(module)
 
 
 def check_fault(state: OOMRecoveryState, phase: str, size: int) -> None:
@@ -565,7 +570,7 @@ class ValidationStepRunner(_StepRunner):
         state = self.state
         if not self._attempts():
             return None
-        self.logs.replay(self.module.log)
+        self.logs.replay(lightning_log(self.module))
         if state.val_recoveries:
             for name, value, reduce_fx in (
                 ("oom/val_recoveries", state.val_recoveries, "max"),
