@@ -111,8 +111,9 @@ def _outside(polygon: np.ndarray, height: int, width: int) -> bool:
 class TextDetectionDataset(Dataset):
     """Images and their DBNet target maps, from ``root/images`` and ``root/gt``.
 
-    Ground truth is parsed once, at construction. Each item is a dict with ``image`` ((3, H, W)
-    uint8 RGB) and ``shrink_map``, ``shrink_mask``, ``thresh_mask`` ((H, W) uint8, 0 or 1) and
+    Ground truth is parsed once, at construction (see ``check_on_access``). Each item is a dict
+    with ``image`` ((3, H, W) uint8 RGB) and ``shrink_map``, ``shrink_mask``, ``thresh_mask``
+    ((H, W) uint8, 0 or 1) and
     ``thresh_map`` ((H, W) float32), computed in the loader worker after ``transform``: compact for
     the trip to the main process; :func:`vramkit.tasks.text_detection.device_inputs.to_model_inputs`
     makes the float inputs on the device. With ``keep_annotations`` it also holds ``name`` (file
