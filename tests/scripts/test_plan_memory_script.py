@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 from pathlib import Path
@@ -19,6 +20,16 @@ def plan_memory():
     spec.loader.exec_module(module)
     yield module
     HydraConfig.instance().cfg = None  # later tests must not see the script's Hydra settings
+
+
+def test_importing_the_script_leaves_the_garbage_collector_as_it_was():
+    # The script pauses collection while importing and freezes what it imported only when run
+    # as a script; imported (as here), a freeze would keep the importer's garbage for good.
+    frozen = gc.get_freeze_count()
+    spec = importlib.util.spec_from_file_location("plan_memory_gc_check", SCRIPT)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen
 
 
 @pytest.mark.slow

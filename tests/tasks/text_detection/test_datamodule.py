@@ -78,6 +78,24 @@ def test_prepare_and_setup_twice_do_no_work_twice(
     assert again.train_dataset.image_paths == module.train_dataset.image_paths
 
 
+def test_set_up_for_planning_the_splits_are_whole_and_checked_later(
+    tmp_path: Path, toy_icdar_dir: Path
+) -> None:
+    val_dir = tmp_path / "val"
+    shutil.copytree(toy_icdar_dir, val_dir)
+    gt = val_dir / "gt" / "gt_img_3.txt"
+    gt.chmod(0o644)
+    gt.write_text(gt.read_text(encoding="utf-8-sig") + "1,2,three\n", encoding="utf-8")
+    module = _module(tmp_path, synthetic=None, train_dir=str(toy_icdar_dir), val_dir=str(val_dir))
+    module.setup_for_planning()
+    assert len(module.train_dataset) == len(module.val_dataset) == 7
+    assert module.data_problems()["val/bad_lines"] == 0  # no file read yet
+    assert next(iter(module.val_dataloader()))["image"].shape == (2, 3, 96, 96)
+    with pytest.warns(UserWarning, match=r"gt_img_3\.txt:\d+:"):
+        module.setup("fit")  # a run checks every file, whatever the planner read
+    assert module.data_problems()["val/bad_lines"] == 1
+
+
 def test_hydra_containers_are_accepted(tmp_path: Path) -> None:
     config = OmegaConf.create(
         {"synthetic": {**TINY_SYNTHETIC, "font_size": [14, 30]}, "augment": {"scale": [0.7, 1.5]}}

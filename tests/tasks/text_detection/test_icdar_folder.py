@@ -105,6 +105,32 @@ def test_malformed_and_non_utf8_lines_are_named_and_counted(small_folder: Path) 
         TextDetectionDataset(small_folder, None, strict=True)
 
 
+def test_checked_on_access_an_item_reads_only_its_own_ground_truth(small_folder: Path) -> None:
+    gt = small_folder / "gt" / "gt_img_2.txt"
+    gt.write_bytes(gt.read_bytes() + b"10,20,30,40,text\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is read at construction
+        lazy = TextDetectionDataset(
+            small_folder, build_val_transform(64), keep_annotations=True, check_on_access=True
+        )
+    assert len(lazy) == 2 and lazy.bad_lines == 0
+    with pytest.warns(DataWarning):
+        eager = TextDetectionDataset(small_folder, build_val_transform(64), keep_annotations=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = lazy[0]  # img_1's file is clean: img_2's bad line is not read yet
+    want = eager[0]
+    assert first.keys() == want.keys() and lazy.bad_lines == 0
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(first[key], value), key
+    np.testing.assert_array_equal(np.stack(first["polygons"]), np.stack(want["polygons"]))
+    assert first["ignore"] == want["ignore"]
+    with pytest.warns(DataWarning, match=r"gt_img_2\.txt:\d+:"):
+        lazy[1]
+    assert lazy.problems() == eager.problems()
+
+
 def test_missing_and_orphan_ground_truth_are_named_and_counted(small_folder: Path) -> None:
     (small_folder / "gt" / "gt_img_2.txt").rename(small_folder / "gt" / "gt_img_9.txt")
     with pytest.warns(DataWarning) as caught:

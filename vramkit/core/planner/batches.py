@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
 import torch
@@ -23,6 +23,16 @@ from torch.utils.data import DataLoader, IterableDataset
 from vramkit.core.planner.errors import PlanningDataError
 
 _SAMPLES_TRIED = 16  # items tried before giving up on a split whose items fail to load
+
+
+@runtime_checkable
+class PlanningSetup(Protocol):
+    """A datamodule that sets itself up for the planner with less work than `setup("fit")`."""
+
+    def setup_for_planning(self) -> None:
+        """Make `train_dataloader()` and `val_dataloader()` usable: datasets of their full
+        length whose items are those `setup("fit")` gives, without work that only a run needs
+        (e.g. checking every annotation file). A later `setup()` must still do that work."""
 
 
 @dataclass(frozen=True)
@@ -87,9 +97,13 @@ def _one_sample(loader: DataLoader, split: str) -> tuple[Any, int | None]:
 
 
 def sample_batches(datamodule: L.LightningDataModule) -> PhaseSamples:
-    """Prepare and set up `datamodule` for fitting; return one collated sample per phase."""
+    """Prepare and set up `datamodule` for fitting (`PlanningSetup` when it has it); return
+    one collated sample per phase."""
     datamodule.prepare_data()
-    datamodule.setup("fit")
+    if isinstance(datamodule, PlanningSetup):
+        datamodule.setup_for_planning()
+    else:
+        datamodule.setup("fit")
     train, train_size = _one_sample(_first_loader(datamodule.train_dataloader(), "train"), "train")
     val, val_size = _one_sample(_first_loader(datamodule.val_dataloader(), "val"), "val")
     after_transfer = None

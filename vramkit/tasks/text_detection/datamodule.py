@@ -217,18 +217,32 @@ class TextDetectionDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Index the splits (parse every annotation file once); later calls reuse them."""
+        self._index_splits(stage, check_on_access=False)
+
+    def setup_for_planning(self) -> None:
+        """Both splits at full length, each annotation file parsed and checked when its item is
+        first read: the memory planner reads one item per split (`PlanningSetup`)."""
+        self._index_splits("fit", check_on_access=True)
+
+    def _index_splits(self, stage: str | None, *, check_on_access: bool) -> None:
         if self.synthetic is not None:
             # Also on ranks and in processes where prepare_data did not run; cheap when done.
             self._resolve_synthetic_dirs()
-        if self.train_dataset is None and stage in (None, "fit"):
+
+        def missing(dataset: TextDetectionDataset | None) -> bool:
+            # A split indexed for planning is indexed again, in full, for a run.
+            return dataset is None or (dataset.check_on_access and not check_on_access)
+
+        if missing(self.train_dataset) and stage in (None, "fit"):
             self.train_dataset = TextDetectionDataset(
                 self.train_dir,
                 self.train_transform,
                 strict=self.strict,
                 target_params=self.target_params,
                 keep_annotations=False,
+                check_on_access=check_on_access,
             )
-        if self.val_dataset is None:
+        if missing(self.val_dataset):
             self.val_dataset = TextDetectionDataset(
                 self.val_dir,
                 self.val_transform,
@@ -238,6 +252,7 @@ class TextDetectionDataModule(L.LightningDataModule):
                 cache=self.val_cache,
                 # what the validation transform depends on (build_val_transform)
                 cache_params={"resize_px": self.val_image_size},
+                check_on_access=check_on_access,
             )
 
     def _loader(self, dataset: TextDetectionDataset, batch_size: int, *, train: bool) -> DataLoader:
