@@ -1,12 +1,15 @@
 """Evaluate a checkpoint: ``python eval.py ckpt_path=<run>/checkpoints/last.ckpt [+hw=t4]``."""
 
-import hydra
-from omegaconf import DictConfig
+from vramkit.core.run.long_lived_imports import long_lived_imports
 
-from vramkit.core.run.evaluate import evaluate
-from vramkit.core.run.override_typos import did_you_mean_on_refusal
-from vramkit.core.run.refusals import refusals_as_messages
-from vramkit.core.run.resolvers import register_resolvers
+with long_lived_imports(freeze=__name__ == "__main__"):
+    import hydra
+    from omegaconf import DictConfig
+
+    from vramkit.core.run.evaluate import evaluate
+    from vramkit.core.run.override_typos import did_you_mean_on_refusal
+    from vramkit.core.run.refusals import refusals_as_messages
+    from vramkit.core.run.resolvers import register_resolvers
 
 register_resolvers()  # before Hydra composes: the config reads the settled profile through them
 

@@ -1,12 +1,15 @@
 """Train a task: ``python train.py +hw=t4`` (or no ``+hw`` to detect the machine)."""
 
-import hydra
-from omegaconf import DictConfig
+from vramkit.core.run.long_lived_imports import long_lived_imports
 
-from vramkit.core.run.override_typos import did_you_mean_on_refusal
-from vramkit.core.run.refusals import refusals_as_messages
-from vramkit.core.run.resolvers import register_resolvers
-from vramkit.core.run.train import train
+with long_lived_imports(freeze=__name__ == "__main__"):
+    import hydra
+    from omegaconf import DictConfig
+
+    from vramkit.core.run.override_typos import did_you_mean_on_refusal
+    from vramkit.core.run.refusals import refusals_as_messages
+    from vramkit.core.run.resolvers import register_resolvers
+    from vramkit.core.run.train import train
 
 register_resolvers()  # before Hydra composes: the config reads the settled profile through them
 

@@ -12,33 +12,22 @@ the breakdown per phase against the profile's budget, with remedies when it does
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import sys
 
-# A full collection of Python's cyclic garbage collector walks every live object: importing
-# torch, Lightning (with torchmetrics, transformers, scipy) and Hydra set off seven of them,
-# about 0.9 s of CPU time, which freed nothing. So collection pauses while importing, and a
-# script run then freezes the imported objects (gc.freeze: later collections skip them, as they
-# live as long as the process): GC time in a plan of the default task 1.5-1.7 s -> 0.15-0.18 s.
-_COLLECTING = gc.isenabled()
-gc.disable()
+from vramkit.core.run.long_lived_imports import long_lived_imports
 
-from hydra.errors import HydraException  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
-from omegaconf.errors import OmegaConfBaseException  # noqa: E402
+with long_lived_imports(freeze=__name__ == "__main__"):
+    from hydra.errors import HydraException
+    from omegaconf import DictConfig
+    from omegaconf.errors import OmegaConfBaseException
 
-from vramkit.core.hardware.profile import AUTO, HardwareProfile, ProfileError  # noqa: E402
-from vramkit.core.planner import PlanningError, plan_json, plan_table, plan_task  # noqa: E402
-from vramkit.core.planner.task_defaults import task_batch_default  # noqa: E402
-from vramkit.core.run.compose import CONF_DIR, compose_config  # noqa: E402
-from vramkit.core.run.resolve_hardware import requested_profile  # noqa: E402
-
-if __name__ == "__main__":
-    gc.freeze()  # not when imported (tests): that would keep their garbage for good
-if _COLLECTING:
-    gc.enable()
+    from vramkit.core.hardware.profile import AUTO, HardwareProfile, ProfileError
+    from vramkit.core.planner import PlanningError, plan_json, plan_table, plan_task
+    from vramkit.core.planner.task_defaults import task_batch_default
+    from vramkit.core.run.compose import CONF_DIR, compose_config
+    from vramkit.core.run.resolve_hardware import requested_profile
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
