@@ -78,6 +78,6 @@ def test_one_device_with_the_default_trainer_is_the_trace_itself(tmp_path):
 def test_num_nodes_flows_from_the_profile_to_the_trainer(tmp_path):
     register_resolvers()
     overrides = ["+hw=a100_40gb", "trainer=ddp", "hw.num_nodes=3", "hw.batch_size=8"]
-    overrides.append("hw.val_batch_size=8")  # explicit sizes: the preview plans nothing
+    overrides.append("hw.val_batch_size=8")  # explicit sizes: the preview only checks them
     cfg = compose_config("train", overrides, output_dir=tmp_path)
     assert cfg.trainer.num_nodes == 3
