@@ -49,45 +49,55 @@ BEFORE = {
         "69.1-71.3 s (Phi-1.5, 3 runs)."
     ),
 }
-SIDE_BY_SIDE = {
-    "before_commit": "671f791",
-    "after_commit": "8924874",
-    "cpu_s": {
-        "default": {"before": [18.09, 15.84, 15.79], "after": [16.72, 15.42, 15.80]},
-        "phi": {"before": [95.24, 89.38, 91.91], "after": [66.38, 78.03, 81.42]},
-    },
-    "median_cpu_s": {
-        "default": {"before": 15.84, "after": 15.80},
-        "phi": {"before": 91.91, "after": 78.03},
-    },
-    "note": (
+
+
+def side_by_side(
+    before_commit: str, after_commit: str, cpu_s: dict[str, dict[str, list[float]]], note: str
+) -> dict:
+    """A round of speed work measured against the commit before it: CPU s per case and side
+    (``cpu_s[case]["before" | "after"]``), with their medians."""
+    medians = {
+        case: {side: round(statistics.median(runs), 2) for side, runs in sides.items()}
+        for case, sides in cpu_s.items()
+    }
+    return {
+        "before_commit": before_commit,
+        "after_commit": after_commit,
+        "cpu_s": cpu_s,
+        "median_cpu_s": medians,
+        "note": note,
+    }
+
+
+ROUNDS = [
+    side_by_side(
+        "671f791",
+        "8924874",
+        {
+            "default": {"before": [18.09, 15.84, 15.79], "after": [16.72, 15.42, 15.80]},
+            "phi": {"before": [95.24, 89.38, 91.91], "after": [66.38, 78.03, 81.42]},
+        },
         "/usr/bin/time user + sys of `python scripts/plan_memory.py ...`, the two commits run "
         "alternately, 3 runs each, load 1.8-4.0 on the shared 2-core machine; printed plans "
         "byte-identical apart from the timing line. 8924874 answers fake tensors' device "
-        "queries in the recorder (about 32,000 per Phi-1.5 training trace)."
+        "queries in the recorder (about 32,000 per Phi-1.5 training trace).",
     ),
-}
-"""The second round of speed work (issue #10 item 6), measured against the commit before it."""
-THIRD_ROUND = {
-    "before_commit": "6e219fb",
-    "after_commit": "9d4fc01",
-    "cpu_s": {
-        "default": {"before": [13.39, 12.82, 13.44], "after": [11.31, 12.47, 11.88]},
-        "phi": {"before": [59.91, 63.52, 63.38], "after": [55.77, 63.44, 52.65]},
-    },
-    "median_cpu_s": {
-        "default": {"before": 13.39, "after": 11.88},
-        "phi": {"before": 63.38, "after": 55.77},
-    },
-    "note": (
+    side_by_side(
+        "6e219fb",
+        "9d4fc01",
+        {
+            "default": {"before": [13.39, 12.82, 13.44], "after": [11.31, 12.47, 11.88]},
+            "phi": {"before": [59.91, 63.52, 63.38], "after": [55.77, 63.44, 52.65]},
+        },
         "/usr/bin/time user + sys, the two commits run alternately, 3 runs each (default at "
         "load 1.6-1.8, Phi-1.5 at 2.0-2.9); printed plans byte-identical apart from the timing "
         "line. 9d4fc01: the datamodule is set up for planning (text detection checks an "
         "annotation file when its item is read, not all 1,100 first) and the script pauses "
-        "Python's cyclic garbage collector while importing, then freezes what it imported."
+        "Python's cyclic garbage collector while importing, then freezes what it imported.",
     ),
-}
-"""The third round (issue #10 item 6), measured against the commit before it."""
+]
+"""The later rounds of speed work (issue #10 item 6), each measured side by side with the
+commit before it (``BEFORE`` is the first round's starting point)."""
 _TRACES = re.compile(r"\((\d+) traces in")
 
 
@@ -155,8 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         numbers[case] = measure(case, args.runs)
         print(f"{case}: median {numbers[case]['median_cpu_s']} s CPU {numbers[case]['cpu_s']}")
     numbers["before"] = BEFORE
-    numbers["side_by_side"] = SIDE_BY_SIDE
-    numbers["third_round"] = THIRD_ROUND
+    numbers["side_by_side_rounds"] = ROUNDS
     numbers["targets_met"] = all(numbers.get(case, {}).get("meets_target") for case in CASES)
     print(write_result("plan_speed", numbers, started=started))
     return 0
