@@ -74,6 +74,7 @@ BATCH = 8
 FEATURES = 16
 WARMUP_STEPS = 20  # first steps of a run left out (allocator, first logs, lazy set-up)
 TURN_STEPS = 10  # steps each side of the lockstep pair runs before handing over
+LOG_EVERY_N_STEPS = 10  # the Trainers' logging interval, and the in-fit measure's block
 
 
 class _Samples(Dataset):
@@ -218,7 +219,7 @@ def _bare_trainer(steps: int, work: Path, **kwargs: Any) -> L.Trainer:
         "max_steps": steps,
         "limit_val_batches": 0,
         "num_sanity_val_steps": 0,
-        "log_every_n_steps": 10,
+        "log_every_n_steps": LOG_EVERY_N_STEPS,
         "logger": CSVLogger(work, name="csv"),
         "enable_checkpointing": False,
         "enable_progress_bar": False,
@@ -396,7 +397,7 @@ class _StepStart(L.Callback):
 
 class _SwapCallbacks(L.Callback):
     """At the end of each step (register it last), gives the next step vramkit's callbacks if
-    its block of ``TURN_STEPS`` steps has the parity ``on_parity``, else none but the two
+    its block of ``LOG_EVERY_N_STEPS`` steps has the parity ``on_parity``, else none but the two
     timing callbacks and the progress bar (Rich's columns read it from
     ``trainer.progress_bar_callback`` whenever the bar redraws; off a terminal its batch hooks
     are off anyway)."""
@@ -408,13 +409,13 @@ class _SwapCallbacks(L.Callback):
         self.on_parity = on_parity
 
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
-        next_block = trainer.global_step // TURN_STEPS
+        next_block = trainer.global_step // LOG_EVERY_N_STEPS
         trainer.callbacks = self.on if next_block % 2 == self.on_parity else self.off
 
 
 def in_fit_us(steps: int, work: Path, on_parity: int) -> float:
     """CPU microseconds a step with vramkit's guard and callbacks takes over one without them
-    in the same fit: blocks of ``TURN_STEPS`` steps alternate between the two, and the figure
+    in the same fit: blocks of ``LOG_EVERY_N_STEPS`` steps alternate between the two, and the figure
     is the median difference between a step and the step at the same place of the next block. One
     process, so what a process's memory layout adds to all its steps cancels out, unlike
     between the two processes of the lockstep pair; what a process does beside its steps (a
@@ -428,8 +429,9 @@ def in_fit_us(steps: int, work: Path, on_parity: int) -> float:
     for callback in (stamp, swap):
         skip_idle_batch_hooks(callback)
     trainer.callbacks = swap.on  # every callback sets up; blocks alternate from the first
-    _fit(trainer, AlternatelyGuardedTiny(4, on_parity, block=TURN_STEPS), steps)
-    return alternate_steps_difference_us(stamp.marks, on_parity, block=TURN_STEPS)
+    block = LOG_EVERY_N_STEPS
+    _fit(trainer, AlternatelyGuardedTiny(4, on_parity, block=block), steps)
+    return alternate_steps_difference_us(stamp.marks, on_parity, block=block)
 
 
 def guard_us(steps: int, work: Path, param_tensors: int, guarded_parity: int) -> float:
@@ -552,7 +554,7 @@ def run(rounds: int = 16, steps: int = 300) -> dict[str, Any]:
         f"slope of guard_us from {first} to {last} parameter tensors; plain: measured on its "
         "own, paired with nothing; bytecodes_per_step: Python bytecodes per step, traced over "
         "up to 100 steps after the warm-up; vramkit_minus_lightning_in_fit_us: in one fit, "
-        f"blocks of {TURN_STEPS} steps with vramkit's guard and callbacks and without them "
+        f"blocks of {LOG_EVERY_N_STEPS} steps with vramkit's guard and callbacks and without them "
         "alternate, the median over steps of a step's time minus the step's at the same place "
         "of the next block, one fit per round; vramkit_minus_lightning_percent: the pair's "
         "difference in percent of the Lightning side's step, per round",

@@ -19,7 +19,7 @@ def test_step_times_leave_the_warm_up_out():
 
 @pytest.mark.parametrize("on_parity", [0, 1])
 def test_alternating_blocks_are_paired_on_then_off(on_parity):
-    block = step_overhead.TURN_STEPS
+    block = step_overhead.LOG_EVERY_N_STEPS
     # 1 ms steps; the blocks of parity on_parity cost 0.1 ms more per step, and one step of
     # every block (the logging step) 5 ms more, which pairing single steps would put on one side
     times, mark = [], 0.0
@@ -55,7 +55,7 @@ def test_a_tiny_run_measures_every_side_and_checks_the_targets(monkeypatch):
     # No warm-up in this process (the pair's processes keep theirs): 3 blocks of steps give
     # the in-fit measure a block pair whichever parity a round starts with.
     monkeypatch.setattr(step_overhead, "WARMUP_STEPS", 0)
-    steps = step_overhead.WARMUP_STEPS + 3 * step_overhead.TURN_STEPS + 2
+    steps = step_overhead.WARMUP_STEPS + 3 * step_overhead.LOG_EVERY_N_STEPS + 2
     numbers = step_overhead.run(rounds=2, steps=steps)
     assert set(numbers["step_us"]) == {"plain", "lightning", "vramkit"}
     assert all(numbers["step_us"][side]["min"] > 0 for side in numbers["step_us"])
