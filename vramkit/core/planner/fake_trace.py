@@ -65,6 +65,7 @@ from vramkit.core.planner.recorder import (
     StorageRecorder,
 )
 from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.shape_rules import FALL_BACK, direct_outputs
 from vramkit.core.planner.subject import trainable_parameters
 
 _NOT_ATTACHED = "self.trainer` reference is not registered"
@@ -312,6 +313,9 @@ class FakeStepRecorder(StorageRecorder):
         return reference is not None and reference() is value
 
     def _run_fake(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        out = direct_outputs(func, args, kwargs)  # batch norm without its decomposition
+        if out is not FALL_BACK:
+            return out
         try:
             return func(*args, **kwargs)
         except DataDependentOutputException:
