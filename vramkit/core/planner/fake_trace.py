@@ -50,6 +50,7 @@ from vramkit.core.planner.cuda_rules import (
 from vramkit.core.planner.dropout_rules import CudaDropout
 from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.fast_paths import InferenceFastPaths
+from vramkit.core.planner.in_place_writes import writes_values_only, written_result
 from vramkit.core.planner.op_rules import (
     CUDNN_CONVOLUTIONS,
     CudaKernels,
@@ -68,6 +69,8 @@ from vramkit.core.planner.run_setup import RunSetup
 from vramkit.core.planner.subject import trainable_parameters
 
 _NOT_ATTACHED = "self.trainer` reference is not registered"
+OPTIMIZER_STEP = "optimizer step"
+"""The phase name of `optimizer.step()` in a training trace's labels ("step 2: optimizer step")."""
 # Ops that draw random numbers (aten names without overload).
 _UNSCALE = torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default
 """GradScaler's unscale and inf check (fills its `found_inf` argument in place)."""
@@ -312,6 +315,8 @@ class FakeStepRecorder(StorageRecorder):
         return reference is not None and reference() is value
 
     def _run_fake(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        if writes_values_only(func, args, kwargs):
+            return written_result(func, args)
         try:
             return func(*args, **kwargs)
         except DataDependentOutputException:
@@ -503,7 +508,7 @@ def trace_training(
                         del loss
                         scaled.backward()
                         del scaled
-                with recorder.phase(f"step {step + 1}: optimizer step"):
+                with recorder.phase(f"step {step + 1}: {OPTIMIZER_STEP}"):
                     optimizer.step()
                 _register_optimizer_state(optimizer, recorder)
     finally:

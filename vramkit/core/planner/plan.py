@@ -25,6 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from vramkit.core.planner.batches import PhaseSamples, cast_floating, grow_batch
 from vramkit.core.planner.cuda_rules import TRUE_PRECISIONS
 from vramkit.core.planner.fake_trace import (
+    OPTIMIZER_STEP,
     FakeStepRecorder,
     StepTrace,
     batch_tensors,
@@ -78,6 +79,9 @@ class PhasePlan:
     of `peak` (bytes)."""
     max_allocated_holders: tuple[Holder, ...] = ()
     """What is live at that moment (`holders` when no workspace rises above the peak)."""
+    at_least: bool = False
+    """The phase was not traced: `peak` is a certain lower bound taken from a related trace
+    (`MemoryPlanner.training_floor`)."""
 
     @property
     def allocated_peak(self) -> int:
@@ -139,6 +143,17 @@ def _input_dtype(precision: str) -> Any:
     return None if precision == "32-true" else TRUE_PRECISIONS.get(precision)
 
 
+def _traced_setup(setup: RunSetup) -> RunSetup:
+    """The setup a trace runs: the precision the weights have on the device, and DeepSpeed's
+    own optimizer layout under ZeRO-2 with CPU offload."""
+    setup = setup.replace(precision=traced_precision(setup.sharding, setup.precision))
+    if setup.sharding.strategy == OFFLOADED_ZERO2:
+        # Nothing of the optimizer stays on the device, whatever the world size: DeepSpeed's
+        # own layout traces that exactly (gradients leave as produced, no device step).
+        setup = setup.replace(optimizer=ZERO2_OFFLOAD)
+    return setup
+
+
 @dataclass
 class MemoryPlanner:
     """Traces the task's steps under any `RunSetup` and batch size; remembers what it measured."""
@@ -177,12 +192,37 @@ class MemoryPlanner:
             self._measured[key] = self._trace(phase, batch_size, setup)
         return self._measured[key]
 
+    def training_floor(self, batch_size: int, setup: RunSetup) -> PhasePlan | None:
+        """A certain lower bound on `setup`'s training peak at `batch_size` without tracing it,
+        or None when there is none to take.
+
+        Gradient checkpointing and activation offload change only what a training forward keeps
+        for backward. Parameters, gradients, optimizer state and the optimizer step stay as they
+        are, and nothing of the forward is alive by then. So when the same setup without them
+        has been traced and its peak lies in an optimizer step, `setup` allocates at least as
+        much, plus the CUDA context and the least reserve the allocator keeps
+        (`overhead_bytes` with no events beyond the workspaces). Where that bound is over the
+        budget, tracing `setup` cannot change the verdict. Raises `PlanningError` when the
+        change does not apply to the model (no blocks to checkpoint).
+        """
+        reference = setup.replace(gradient_checkpointing=False, activation_offload=False)
+        traced = self._measured.get((TRAIN, batch_size, reference))
+        if reference == setup or traced is None or not traced.peak_at.endswith(OPTIMIZER_STEP):
+            return None
+        self._subject(_traced_setup(setup))
+        overhead = 0
+        if setup.device is not None:
+            overhead = setup.device.overhead_bytes(traced.allocated_peak, (), backward=True)
+        return dataclasses.replace(
+            traced,
+            overhead=overhead,
+            allocated_with_workspaces=traced.allocated_peak,
+            max_allocated_holders=traced.holders,
+            at_least=True,
+        )
+
     def _trace(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:
-        setup = setup.replace(precision=traced_precision(setup.sharding, setup.precision))
-        if setup.sharding.strategy == OFFLOADED_ZERO2:
-            # Nothing of the optimizer stays on the device, whatever the world size: DeepSpeed's
-            # own layout traces that exactly (gradients leave as produced, no device step).
-            setup = setup.replace(optimizer=ZERO2_OFFLOAD)
+        setup = _traced_setup(setup)
         subject = self._subject(setup)
         sample = self.samples.train if phase == TRAIN else self.samples.val
         module = subject.module
