@@ -11,6 +11,7 @@ from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import TRAIN, plan_json, plan_table, plan_task
+from vramkit.core.planner.auto_fit import choose_fit
 from vramkit.core.planner.plan import MemoryPlanner
 from vramkit.core.units import GIB
 
@@ -127,3 +128,21 @@ def test_saving_less_for_backward_is_not_traced_where_the_optimizer_step_is_the_
         assert not traced[name].fits and not traced[name].train.at_least
         assert traced[name].train.allocated_peak >= remedies[name].train.allocated_peak
         assert traced[name].train.peak >= remedies[name].train.peak
+
+
+def test_the_automatic_fit_takes_the_same_bound_and_says_so(optimizer_step_peak):
+    cfg, profile = optimizer_step_peak
+    plan = plan_task(cfg, profile, train_batch_size=1, val_batch_size=1, with_remedies=False)
+    decision = choose_fit(
+        plan.planner,
+        profile,
+        plan.setup,
+        (plan.train, plan.val),
+        train_batch_size=1,
+        val_batch_size=1,
+        budget_bytes=plan.budget_bytes,
+    )
+    checkpointed = next(c for c in decision.candidates if c.name == "gradient checkpointing")
+    assert checkpointed.train.at_least and not checkpointed.fits
+    assert f"≥ {checkpointed.train.peak_gib:.3f}" in decision.table()
+    assert checkpointed.as_json()["train"]["at_least"] is True

@@ -111,6 +111,10 @@ class PhasePlan:
         """`peak` in GiB."""
         return self.peak / GIB
 
+    def peak_text(self, digits: int = 2) -> str:
+        """`peak_gib` for a table, "≥ " before it when it is a bound (`at_least`)."""
+        return f"{'≥ ' if self.at_least else ''}{self.peak_gib:.{digits}f}"
+
     def breakdown_gib(self) -> dict[str, float]:
         """Parameters, gradients, optimizer state, activations (with the batch), overhead, total."""
         a = self.allocated
@@ -220,6 +224,14 @@ class MemoryPlanner:
             max_allocated_holders=traced.holders,
             at_least=True,
         )
+
+    def training_verdict(self, batch_size: int, setup: RunSetup, budget_bytes: int) -> PhasePlan:
+        """`setup`'s training plan at `batch_size`, or its `training_floor` when that bound alone
+        is over `budget_bytes`: the verdict (does not fit) is then certain without a trace."""
+        floor = self.training_floor(batch_size, setup)
+        if floor is not None and floor.peak > budget_bytes:
+            return floor
+        return self.measure(TRAIN, batch_size, setup)
 
     def _trace(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:
         setup = _traced_setup(setup)

@@ -250,9 +250,7 @@ def _plan_change(
 ) -> Remedy | None:
     changed = change.apply(setup)
     try:
-        train = planner.training_floor(train_batch_size, changed)
-        if train is None or train.peak <= budget_bytes:
-            train = planner.measure(TRAIN, train_batch_size, changed)
+        train = planner.training_verdict(train_batch_size, changed, budget_bytes)
         val, val_override = _validation_under(planner, changed, val_batch_size, budget_bytes)
     except PlanningError:
         return None  # the change does not apply to this model (e.g. no blocks to checkpoint)

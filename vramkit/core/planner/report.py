@@ -218,10 +218,8 @@ def plan_table(plan: MemoryPlan) -> str:
         )
         for remedy in plan.remedies:
             mark = "fits" if remedy.fits else "no  "
-            at_least = "≥ " if remedy.train.at_least else ""
             lines.append(
-                f"  {mark}  {remedy.name}: {at_least}{remedy.train.peak_gib:.2f} / "
-                f"{remedy.val.peak_gib:.2f}"
+                f"  {mark}  {remedy.name}: {remedy.train.peak_text()} / {remedy.val.peak_text()}"
             )
             lines.append(f"          {remedy.how}")
             if remedy.train.at_least:
