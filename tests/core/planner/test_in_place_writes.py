@@ -101,3 +101,13 @@ def test_skipping_value_writes_leaves_the_traced_step_unchanged(monkeypatch):
     assert skipped.events == ran.events
     assert (skipped.peak_bytes, skipped.peak_at) == (ran.peak_bytes, ran.peak_at)
     assert skipped_ops == ran_ops and "_foreach_addcdiv_.ScalarList" in ran_ops
+
+
+def test_a_constant_is_read_without_a_fake_dispatch():
+    with FakeTensorMode():
+        step = torch.tensor(3.0)
+        with _recorder():
+            before = _dispatched()
+            value = step.item()
+            after = _dispatched()
+    assert value == 3.0 and after == before
