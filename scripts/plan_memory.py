@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         ProfileError,
         PlanningError,
         ValueError,
+        FileNotFoundError,  # an input the task needs, e.g. SAGE's teacher checkpoint
         HydraException,
         OmegaConfBaseException,
     ) as error:

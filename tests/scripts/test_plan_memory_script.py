@@ -88,3 +88,13 @@ def test_a_users_own_module_and_datamodule_are_planned(plan_memory, monkeypatch,
     assert status == 0 and plan["fits"] is True
     assert (plan["train"]["batch_size"], plan["val"]["batch_size"]) == (64, 16)  # all fit
     assert plan["optimizer"] == "AdamW" and plan["train"]["peak_gib"] > 0
+
+
+def test_a_missing_teacher_checkpoint_is_a_message_not_a_traceback(plan_memory, tmp_path, capsys):
+    status = plan_memory.main(
+        ["+hw=t4", "task=sage_distill", f"paths.log_dir={tmp_path}", "teacher.checkpoint=latest"]
+    )
+    error = capsys.readouterr().err
+    assert status == 2
+    assert error.startswith("plan_memory: error: teacher.checkpoint=latest")
+    assert "Traceback" not in error and "task=arc_teacher" in error

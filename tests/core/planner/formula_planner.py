@@ -83,6 +83,9 @@ class FormulaPlanner:
             peak_at="formula",
         )
 
+    def training_verdict(self, batch_size: int, setup: RunSetup, budget_bytes: int) -> PhasePlan:
+        return self.measure(TRAIN, batch_size, setup)  # a formula has no bound to take
+
     def largest_batch_size(self, phase, setup, budget_bytes, upper):
         best = largest_fitting(
             lambda size: self.measure(phase, size, setup).peak, budget_bytes, upper

@@ -11,6 +11,8 @@ from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import TRAIN, plan_json, plan_table, plan_task
+from vramkit.core.planner.auto_fit import choose_fit
+from vramkit.core.planner.plan import MemoryPlanner
 from vramkit.core.units import GIB
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
@@ -69,3 +71,78 @@ def test_the_table_and_json_say_what_does_not_fit_and_what_would(over_budget_pla
     assert data["remedies"][0]["train"]["peak_gib"] <= data["budget_gib"]
     assert data["traced_versions"]["torch"] == torch.__version__
     assert f"traced with torch {torch.__version__}" in table
+
+
+@pytest.fixture(scope="module")
+def optimizer_step_peak():
+    """Wide conv blocks at batch 1: AdamW creating its state is the peak, not the forward."""
+    hw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hw" / "t4.yaml"))
+    model = {**CONV_MODEL, "channels": 512}
+
+    def config(hw: dict):
+        cfg = task_config(model, IMAGE_DATA, hw)
+        cfg.callbacks = {"activation_offload": {"enabled": False}}
+        return cfg
+
+    probe = plan_task(
+        config(hw),
+        validate_profile(hw, ProfileSource("t4")),
+        train_batch_size=1,
+        val_batch_size=1,
+        with_remedies=False,
+    )
+    hw["memory_gib"] = probe.train.peak / 2 / GIB / hw["memory_budget_fraction"]
+    return config(hw), validate_profile(hw, ProfileSource("t4"))
+
+
+def _remedies(cfg, profile):
+    plan = plan_task(cfg, profile, train_batch_size=1, val_batch_size=1)
+    return plan, {remedy.name: remedy for remedy in plan.remedies}
+
+
+def test_saving_less_for_backward_is_not_traced_where_the_optimizer_step_is_the_peak(
+    optimizer_step_peak, monkeypatch
+):
+    plan, remedies = _remedies(*optimizer_step_peak)
+    assert plan.train.peak_at == "step 1: optimizer step"
+    for name in ("gradient checkpointing", "CPU activation offload"):
+        floor = remedies[name].train
+        assert floor.at_least and not remedies[name].fits
+        assert floor.allocated == plan.train.allocated
+        assert plan.budget_bytes < floor.peak <= plan.train.peak
+    assert not remedies["8-bit AdamW"].train.at_least
+    table = plan_table(plan)
+    floor_gib = remedies["gradient checkpointing"].train.peak_gib
+    assert f"gradient checkpointing: ≥ {floor_gib:.2f}" in table
+    assert '(a bound, not traced: the peak is at "step 1: optimizer step"' in table
+    by_name = {remedy["name"]: remedy for remedy in plan_json(plan)["remedies"]}
+    assert by_name["gradient checkpointing"]["train"]["at_least"] is True
+
+    # Traced instead, the verdicts are the same and the bounds hold, at a trace each.
+    bounded = [name for name, remedy in remedies.items() if remedy.train.at_least]
+    assert "gradient checkpointing + CPU activation offload" in bounded
+    monkeypatch.setattr(MemoryPlanner, "training_floor", lambda *_: None)
+    traced_plan, traced = _remedies(*optimizer_step_peak)
+    assert traced_plan.traces == plan.traces + len(bounded)
+    for name in bounded:
+        assert not traced[name].fits and not traced[name].train.at_least
+        assert traced[name].train.allocated_peak >= remedies[name].train.allocated_peak
+        assert traced[name].train.peak >= remedies[name].train.peak
+
+
+def test_the_automatic_fit_takes_the_same_bound_and_says_so(optimizer_step_peak):
+    cfg, profile = optimizer_step_peak
+    plan = plan_task(cfg, profile, train_batch_size=1, val_batch_size=1, with_remedies=False)
+    decision = choose_fit(
+        plan.planner,
+        profile,
+        plan.setup,
+        (plan.train, plan.val),
+        train_batch_size=1,
+        val_batch_size=1,
+        budget_bytes=plan.budget_bytes,
+    )
+    checkpointed = next(c for c in decision.candidates if c.name == "gradient checkpointing")
+    assert checkpointed.train.at_least and not checkpointed.fits
+    assert f"≥ {checkpointed.train.peak_gib:.3f}" in decision.table()
+    assert checkpointed.as_json()["train"]["at_least"] is True

@@ -23,7 +23,7 @@ from typing import Any
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.optimizer_layouts import ADAMW_8BIT
-from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan
+from vramkit.core.planner.plan import VAL, MemoryPlanner, PhasePlan
 from vramkit.core.planner.remedies import (
     Change,
     candidate_changes,
@@ -144,6 +144,7 @@ def phase_json(phase: PhasePlan) -> dict[str, Any]:
         "batch_size": phase.batch_size,
         "accumulate_grad_batches": phase.accumulate_grad_batches,
         "peak_gib": round(phase.peak_gib, 3),
+        "at_least": phase.at_least,
     }
 
 
@@ -163,7 +164,7 @@ class FitDecision:
     chosen: FitCandidate | None
 
     def table(self) -> str:
-        """The candidates with their traced peaks (GiB), the requested run first."""
+        """The candidates with their traced peaks (GiB; "≥" a bound), the requested run first."""
         train, val = self.requested
         rows = [["requested run", f"{train.peak_gib:.3f}", f"{val.peak_gib:.3f}", "no", ""]]
         for candidate in self.candidates:
@@ -171,8 +172,8 @@ class FitDecision:
             rows.append(
                 [
                     candidate.name,
-                    f"{candidate.train.peak_gib:.3f}",
-                    f"{candidate.val.peak_gib:.3f}",
+                    candidate.train.peak_text(3),
+                    candidate.val.peak_text(3),
                     candidate.verdict() + mark,
                     " ".join(candidate.overrides),
                 ]
@@ -200,8 +201,8 @@ class FitDecision:
         ]
         for candidate in self.best():
             lines.append(
-                f"  {candidate.name}: {candidate.train.peak_gib:.2f} / "
-                f"{candidate.val.peak_gib:.2f} ({candidate.verdict()}) "
+                f"  {candidate.name}: {candidate.train.peak_text()} / "
+                f"{candidate.val.peak_text()} ({candidate.verdict()}) "
                 f"{' '.join(candidate.overrides)}"
             )
         blocked = [c for c in self.candidates if c.fits and c.blocked]
@@ -381,7 +382,7 @@ def _evaluate(
                                 f"accumulate {train.accumulate_grad_batches}")  # fmt: skip
             overrides.extend(micro_overrides)
         else:
-            train = planner.measure(TRAIN, train_batch_size or 1, changed)
+            train = planner.training_verdict(train_batch_size or 1, changed, budget)
         val, val_overrides = _validation(planner, changed, val_batch_size, budget)
     except PlanningError:
         return None  # the change does not apply to this model (e.g. no blocks to checkpoint)

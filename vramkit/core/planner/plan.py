@@ -25,6 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from vramkit.core.planner.batches import PhaseSamples, cast_floating, grow_batch
 from vramkit.core.planner.cuda_rules import TRUE_PRECISIONS
 from vramkit.core.planner.fake_trace import (
+    OPTIMIZER_STEP,
     FakeStepRecorder,
     StepTrace,
     batch_tensors,
@@ -78,6 +79,9 @@ class PhasePlan:
     of `peak` (bytes)."""
     max_allocated_holders: tuple[Holder, ...] = ()
     """What is live at that moment (`holders` when no workspace rises above the peak)."""
+    at_least: bool = False
+    """The phase was not traced: `peak` is a certain lower bound taken from a related trace
+    (`MemoryPlanner.training_floor`)."""
 
     @property
     def allocated_peak(self) -> int:
@@ -106,6 +110,10 @@ class PhasePlan:
     def peak_gib(self) -> float:
         """`peak` in GiB."""
         return self.peak / GIB
+
+    def peak_text(self, digits: int = 2) -> str:
+        """`peak_gib` for a table, "≥ " before it when it is a bound (`at_least`)."""
+        return f"{'≥ ' if self.at_least else ''}{self.peak_gib:.{digits}f}"
 
     def breakdown_gib(self) -> dict[str, float]:
         """Parameters, gradients, optimizer state, activations (with the batch), overhead, total."""
@@ -137,6 +145,17 @@ def _scalar_stand_in(batch: Any) -> int:
 def _input_dtype(precision: str) -> Any:
     # Lightning's *-true precisions (except 32-true) convert floating inputs to their dtype.
     return None if precision == "32-true" else TRUE_PRECISIONS.get(precision)
+
+
+def _traced_setup(setup: RunSetup) -> RunSetup:
+    """The setup a trace runs: the precision the weights have on the device, and DeepSpeed's
+    own optimizer layout under ZeRO-2 with CPU offload."""
+    setup = setup.replace(precision=traced_precision(setup.sharding, setup.precision))
+    if setup.sharding.strategy == OFFLOADED_ZERO2:
+        # Nothing of the optimizer stays on the device, whatever the world size: DeepSpeed's
+        # own layout traces that exactly (gradients leave as produced, no device step).
+        setup = setup.replace(optimizer=ZERO2_OFFLOAD)
+    return setup
 
 
 @dataclass
@@ -177,12 +196,45 @@ class MemoryPlanner:
             self._measured[key] = self._trace(phase, batch_size, setup)
         return self._measured[key]
 
+    def training_floor(self, batch_size: int, setup: RunSetup) -> PhasePlan | None:
+        """A certain lower bound on `setup`'s training peak at `batch_size` without tracing it,
+        or None when there is none to take.
+
+        Gradient checkpointing and activation offload change only what a training forward keeps
+        for backward. Parameters, gradients, optimizer state and the optimizer step stay as they
+        are, and nothing of the forward is alive by then. So when the same setup without them
+        has been traced and its peak lies in an optimizer step, `setup` allocates at least as
+        much, plus the CUDA context and the least reserve the allocator keeps
+        (`overhead_bytes` with no events beyond the workspaces). Where that bound is over the
+        budget, tracing `setup` cannot change the verdict. Raises `PlanningError` when the
+        change does not apply to the model (no blocks to checkpoint).
+        """
+        reference = setup.replace(gradient_checkpointing=False, activation_offload=False)
+        traced = self._measured.get((TRAIN, batch_size, reference))
+        if reference == setup or traced is None or not traced.peak_at.endswith(OPTIMIZER_STEP):
+            return None
+        self._subject(_traced_setup(setup))
+        overhead = 0
+        if setup.device is not None:
+            overhead = setup.device.overhead_bytes(traced.allocated_peak, (), backward=True)
+        return dataclasses.replace(
+            traced,
+            overhead=overhead,
+            allocated_with_workspaces=traced.allocated_peak,
+            max_allocated_holders=traced.holders,
+            at_least=True,
+        )
+
+    def training_verdict(self, batch_size: int, setup: RunSetup, budget_bytes: int) -> PhasePlan:
+        """`setup`'s training plan at `batch_size`, or its `training_floor` when that bound alone
+        is over `budget_bytes`: the verdict (does not fit) is then certain without a trace."""
+        floor = self.training_floor(batch_size, setup)
+        if floor is not None and floor.peak > budget_bytes:
+            return floor
+        return self.measure(TRAIN, batch_size, setup)
+
     def _trace(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:
-        setup = setup.replace(precision=traced_precision(setup.sharding, setup.precision))
-        if setup.sharding.strategy == OFFLOADED_ZERO2:
-            # Nothing of the optimizer stays on the device, whatever the world size: DeepSpeed's
-            # own layout traces that exactly (gradients leave as produced, no device step).
-            setup = setup.replace(optimizer=ZERO2_OFFLOAD)
+        setup = _traced_setup(setup)
         subject = self._subject(setup)
         sample = self.samples.train if phase == TRAIN else self.samples.val
         module = subject.module

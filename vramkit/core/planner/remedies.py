@@ -2,7 +2,11 @@
 
 Every remedy is a change of the `RunSetup` (or of the micro-batch) that the planner traces
 again, both phases, at the requested batch sizes: nothing here is a rule of thumb. Single changes
-come first; unless two of them fit, pairs of them are planned as well.
+come first; unless two of them fit, pairs of them are planned as well. One trace is left out
+where its verdict is certain without it: a change of only what the forward saves for backward
+(gradient checkpointing, activation offload) cannot lower a peak that lies in the optimizer step,
+so when the bound from the trace without it (`MemoryPlanner.training_floor`) is over the budget,
+that bound is the remedy's training figure ("≥" in the plan).
 """
 
 from __future__ import annotations
@@ -246,7 +250,7 @@ def _plan_change(
 ) -> Remedy | None:
     changed = change.apply(setup)
     try:
-        train = planner.measure(TRAIN, train_batch_size, changed)
+        train = planner.training_verdict(train_batch_size, changed, budget_bytes)
         val, val_override = _validation_under(planner, changed, val_batch_size, budget_bytes)
     except PlanningError:
         return None  # the change does not apply to this model (e.g. no blocks to checkpoint)

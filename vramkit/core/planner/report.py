@@ -51,6 +51,7 @@ def _phase_json(phase: PhasePlan, budget_bytes: int | None) -> dict[str, Any]:
         "max_allocated_bound_gib": _gib(phase.max_allocated_bound / GIB),
         "fits": phase.fits(budget_bytes),
         "peak_at": phase.peak_at,
+        "at_least": phase.at_least,
         "attention_kernels": list(phase.attention_kernels),
         "breakdown": {key: _gib(value) for key, value in phase.breakdown_gib().items()},
         "peak_holders": [_holder_json(holder) for holder in phase.holders],
@@ -218,9 +219,14 @@ def plan_table(plan: MemoryPlan) -> str:
         for remedy in plan.remedies:
             mark = "fits" if remedy.fits else "no  "
             lines.append(
-                f"  {mark}  {remedy.name}: {remedy.train.peak_gib:.2f} / {remedy.val.peak_gib:.2f}"
+                f"  {mark}  {remedy.name}: {remedy.train.peak_text()} / {remedy.val.peak_text()}"
             )
             lines.append(f"          {remedy.how}")
+            if remedy.train.at_least:
+                lines.append(
+                    f'          (a bound, not traced: the peak is at "{remedy.train.peak_at}", '
+                    "which this change leaves as it is)"
+                )
     traced = ", ".join(f"{name} {version}" for name, version in traced_versions().items())
     lines.append(f"({plan.traces} traces in {plan.seconds:.1f} s; traced with {traced})")
     return "\n".join(lines)

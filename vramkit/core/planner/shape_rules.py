@@ -88,7 +88,11 @@ def _dense_layout(tensor: torch.Tensor) -> tuple[int, ...] | None:
 
 
 def _on_fake_cpu(*tensors: torch.Tensor | None) -> bool:
-    return all(t is None or (type(t) is FakeTensor and t.device.type == "cpu") for t in tensors)
+    """Plain fake CPU tensors (or None): a fake constant's outputs may carry its value."""
+    return all(
+        t is None or (type(t) is FakeTensor and t.device.type == "cpu" and t.constant is None)
+        for t in tensors
+    )
 
 
 def _per_channel(channels: int, *tensors: torch.Tensor | None) -> bool:
