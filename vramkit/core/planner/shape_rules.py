@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
 
 FALL_BACK: Any = object()
 """A rule's answer when it cannot give the fake path's outputs exactly: run the op instead."""
@@ -87,6 +87,19 @@ def _dense_layout(tensor: torch.Tensor) -> tuple[int, ...] | None:
     return None
 
 
+def _fake_empty(
+    like: FakeTensor, shape: Sequence[int], strides: Sequence[int], dtype: torch.dtype
+) -> FakeTensor:
+    """A fresh fake tensor beside `like`, made as the fake mode makes a cached op's outputs
+    (`FakeTensorMode._output_from_cache_entry`, torch/_subclasses/fake_tensor.py): a meta tensor
+    wrapped for `like`'s mode and device. 30 us here against 230-310 us for `new_empty_strided`,
+    which goes through the whole fake dispatch."""
+    mode = like.fake_mode
+    with in_kernel_invocation_manager(mode):
+        meta = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+    return FakeTensor(mode, meta, like.device)
+
+
 def _on_fake_cpu(*tensors: torch.Tensor | None) -> bool:
     """Plain fake CPU tensors (or None): a fake constant's outputs may carry its value."""
     return all(
@@ -123,9 +136,13 @@ def batch_norm(
         return FALL_BACK  # the decomposition's Bessel correction divides by zero: its error
     if not training and (running_mean is None or running_var is None):
         return FALL_BACK  # refused by the decomposition: keep its message
-    output = input.new_empty_strided(input.shape, strides)
+    output = _fake_empty(input, input.shape, strides, input.dtype)
     stat = (channels,) if training else (0,)
-    return output, input.new_empty(stat), input.new_empty(stat)
+    return (
+        output,
+        _fake_empty(input, stat, (1,), input.dtype),
+        _fake_empty(input, stat, (1,), input.dtype),
+    )
 
 
 def batch_norm_backward(
@@ -155,10 +172,10 @@ def batch_norm_backward(
     statistics = (save_mean, save_invstd) if train else (running_mean, running_var)
     if any(t is None for t in statistics) or not _per_channel(channels, weight, *statistics):
         return FALL_BACK
-    grad_input = input.new_empty_strided(input.shape, strides)
+    grad_input = _fake_empty(input, input.shape, strides, input.dtype)
     dtype = weight.dtype if weight is not None else input.dtype
-    grad_weight = input.new_empty((channels,), dtype=dtype) if output_mask[1] else None
-    grad_bias = input.new_empty((channels,), dtype=dtype) if output_mask[2] else None
+    grad_weight = _fake_empty(input, (channels,), (1,), dtype) if output_mask[1] else None
+    grad_bias = _fake_empty(input, (channels,), (1,), dtype) if output_mask[2] else None
     return grad_input, grad_weight, grad_bias
 
 
