@@ -187,3 +187,59 @@ def test_the_recorder_takes_the_rule_and_records_the_same_allocations(monkeypatc
     batch_norm_ops = {aten.native_batch_norm.default, aten.native_batch_norm_backward.default}
     assert not batch_norm_ops & set(with_rules[3])
     assert batch_norm_ops <= set(without[3])
+
+
+def _layouts(shape):
+    """A fake tensor of `shape` in each layout a rule answers itself, then ones it leaves."""
+    answered = [torch.empty(shape), torch.empty(shape, memory_format=torch.channels_last)]
+    answered.append(torch.empty(shape[0] + 1, *shape[1:])[1:])  # an offset into its storage
+    left = [
+        torch.empty(shape[::-1]).permute(3, 2, 1, 0),
+        torch.empty(*shape[:3], 2 * shape[3])[..., ::2],
+    ]
+    return answered, left
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 3, 1, 5), (0, 3, 4, 5)])
+def test_dtype_conversions_match_the_fake_mode(shape):
+    dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool]
+    with FakeTensorMode():
+        answered, left = _layouts(shape)
+        for x, dtype in itertools.product(answered, dtypes):
+            for extra in [{}, {"device": torch.device("cpu"), "layout": torch.strided}]:
+                got = shape_rules.to_copy(x, dtype=dtype, **extra)
+                if x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+                    continue  # both readings at once: the rule may leave it to the mode
+                assert got is not FALL_BACK, (x.stride(), dtype)
+                assert _metadata(got) == _metadata(aten._to_copy(x, dtype=dtype, **extra))
+        for x in left:
+            assert shape_rules.to_copy(x, dtype=torch.float16) is FALL_BACK
+        x = answered[0]
+        assert shape_rules.to_copy(x) is FALL_BACK  # a clone
+        assert (
+            shape_rules.to_copy(x, dtype=torch.float16, memory_format=torch.channels_last)
+            is FALL_BACK
+        )
+        assert shape_rules.to_copy(x, dtype=torch.float16, device=torch.device("meta")) is FALL_BACK
+        assert (
+            shape_rules.to_copy(torch.tensor(2.0), dtype=torch.float16) is FALL_BACK
+        )  # a constant
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_activation_gradients_match_the_fake_mode(dtype):
+    ops = [(aten.threshold_backward.default, (0.0,)), (aten.sigmoid_backward.default, ())]
+    with FakeTensorMode():
+        for shape in [(2, 3, 4, 5), (1, 3, 1, 5)]:
+            answered, left = _layouts(shape)
+            for (op, extra), x in itertools.product(ops, answered):
+                x = x.to(dtype)
+                grad = torch.empty_strided(x.shape, x.stride(), dtype=dtype)
+                got = shape_rules.activation_backward(grad, x, *extra)
+                assert got is not FALL_BACK
+                assert _metadata(got) == _metadata(op(grad, x, *extra))
+            grad = torch.empty(shape, dtype=dtype)
+            for x in [*left, answered[1], torch.empty(shape, dtype=torch.float32)]:
+                if x.dtype == dtype and x.stride() == grad.stride():
+                    continue
+                assert shape_rules.activation_backward(grad, x.to(x.dtype), 0.0) is FALL_BACK

@@ -1,43 +1,49 @@
-"""Batch norm's outputs on fake tensors, without running its decomposition.
+"""Outputs of a few ops on fake tensors, given directly instead of through FakeTensorMode.
 
-Why a re-implementation (measured): FakeTensorMode has no meta kernel for `native_batch_norm`
-and `native_batch_norm_backward`; on a cache miss it runs torch/_decomp/decompositions.py
-(`native_batch_norm_helper`, `native_batch_norm_backward`), about 20 ops, each dispatched
-through the fake mode again, and every trace of a plan (train batch 1, 1000, 826, val 100)
-brings new shapes. In the default DBNet plan (`scripts/plan_memory.py +hw=t4`) the 20 forward
-misses cost 23 ms each and the 15 backward misses 20 ms each: 0.76 s of the ~4.5 s spent in
-fake dispatch, more than any other op. The rules below make the outputs with a few fake
-constructors instead, and decide per call: an input they cannot answer exactly (an unusual
-stride pattern, a non-CPU fake device, arguments the decomposition would refuse) goes through
-the normal fake path, so every error and every odd layout stays PyTorch's.
+Why a re-implementation (measured with a per-op timer around the recorder's dispatch and the
+fake mode's cache counters, default DBNet plan `scripts/plan_memory.py +hw=t4`): FakeTensorMode
+has no meta kernel for these ops; on a cache miss it runs their Python decomposition
+(torch/_decomp/decompositions.py), every inner op dispatched through the fake mode again, and
+each trace of a plan (train batch 1, 1000, 826, val 100) brings new shapes.
 
-The metadata is the fake path's (the CPU branch of the decomposition, since the planner's fake
-tensors live on the CPU), so plans do not change:
+- `native_batch_norm`: 20 misses at 22-28 ms + 146 hits at 0.6-0.7 ms; its backward 15 misses
+  at 16-23 ms + 129 hits at 0.7-1.1 ms. Together 0.82 s, the most of any op; 0.07-0.10 s here.
+- `_to_copy` (autocast's casts): 111 misses at 2.9 ms + 574 hits at 0.37 ms, 0.53 s; 0.09 s.
+- `threshold_backward` / `sigmoid_backward`: 21 misses at 5.8-6.2 ms + 111 hits.
 
-- `native_batch_norm` returns the output in the input's dtype and memory format, and
-  `save_mean` / `save_invstd` of shape [C] in the input's dtype when training, [0] in eval
-  (`native_batch_norm_helper`: "Very annoying inconsistency where CPU and CUDA give different
-  shapes"; the CPU kernel, aten/src/ATen/native/Normalization.cpp `batch_norm_cpu`, agrees).
-  The running statistics are updated in place: no allocation.
-- `native_batch_norm_backward` returns grad_input in the input's dtype and layout even when
-  `output_mask[0]` is False (the decomposition computes it anyway), and grad_weight /
-  grad_bias of shape [C] in the weight's dtype (the input's without a weight), or None where
-  `output_mask` turns them off.
+Each rule builds its outputs as the fake cache builds a hit's (`_fake_empty`), and decides per
+call: where it cannot be exact (an unusual stride pattern, broadcasting, a device move, a fake
+constant, arguments the decomposition would refuse) it answers `FALL_BACK` and the op runs
+through the fake mode, so every error and every odd layout stays PyTorch's. The metadata is the
+fake path's (the CPU branch of the decompositions: the planner's fake tensors live on the CPU),
+so plans do not change:
 
-What CUDA allocates instead (read from the sources; this rule does not apply it, see
-docs/cuda_rules.md): with a weight and a bias, fp32 or fp16 input (fp32 weight) and 3-5 dims,
-`_batch_norm_impl_index` (aten/src/ATen/native/Normalization.cpp, `_select_batch_norm_backend`)
-runs cuDNN, not `native_batch_norm`: `cudnn_batch_norm` (aten/src/ATen/native/cudnn/
-BatchNorm.cpp) returns the output in the input's suggested memory format, `save_mean` /
-`save_var` of [C] in the weight's dtype (fp32) when training and [0] in eval, plus a uint8
-`reserve` (`cudnnGetBatchNormalizationTrainingExReserveSpaceSize`) kept for backward and a
-transient workspace; its backward always allocates grad_input, grad_weight and grad_bias.
-Otherwise (bf16, no affine, 2-D input) `batch_norm_cuda` (aten/src/ATen/native/cuda/
-Normalization.cu) keeps `save_mean` / `save_invstd` of [C] in the accumulate dtype (fp32 for
-fp16 / bf16) in training and in eval, and `batch_norm_backward_cuda` allocates grad_input only
-when `output_mask[0]`. For fp32 inputs with an affine batch norm (the default plans) both
-agree with the fake path in bytes; the [C]-sized statistics of half inputs differ (2 bytes
-per channel more on CUDA, and [C] instead of [0] in a bf16 validation step).
+- `native_batch_norm`: the output in the input's dtype and memory format; `save_mean` /
+  `save_invstd` of [C] in the input's dtype when training, [0] in eval
+  (`native_batch_norm_helper`; the CPU kernel, aten/src/ATen/native/Normalization.cpp
+  `batch_norm_cpu`, agrees). The running statistics are updated in place: no allocation.
+- `native_batch_norm_backward`: grad_input in the input's dtype and layout even when
+  `output_mask[0]` is False (the decomposition computes it anyway); grad_weight / grad_bias of
+  [C] in the weight's dtype (the input's without a weight), None where `output_mask` is False.
+- `_to_copy` to another dtype keeps a dense input's strides (`prims.convert_element_type`'s
+  meta, torch/_prims/__init__.py); the threshold / sigmoid gradients are elementwise
+  (TensorIterator): same shape, dtype and layout as their two operands.
+
+What CUDA allocates for batch norm (read from the sources; not applied here): with a weight and
+a bias, fp32 input or fp16 input with fp32 weight, and 3-5 dims, `_batch_norm_impl_index`
+(aten/src/ATen/native/Normalization.cpp, `_select_batch_norm_backend`) calls cuDNN:
+`cudnn_batch_norm` (aten/src/ATen/native/cudnn/BatchNorm.cpp) returns the output in the input's
+suggested memory format, `save_mean` / `save_var` of [C] in the weight's dtype (fp32) when
+training and [0] in eval, a uint8 `reserve` kept for backward
+(`cudnnGetBatchNormalizationTrainingExReserveSpaceSize`) and a transient workspace; its backward
+allocates grad_input, grad_weight and grad_bias whatever the mask. Otherwise (bf16, no affine,
+2-D input) `batch_norm_cuda` (aten/src/ATen/native/cuda/Normalization.cu) keeps `save_mean` /
+`save_invstd` of [C] in the accumulate dtype (fp32 for fp16 / bf16) in training and in eval, and
+`batch_norm_backward_cuda` allocates grad_input only under `output_mask[0]`. So for fp16 inputs
+(16-mixed) CUDA's statistics are fp32 where the fake path's are fp16: 2 bytes per channel more,
+nothing after the allocator's 512-byte rounding below 128 channels. The default plans are
+identical either way (checked by giving the rule CUDA's dtypes); cuDNN's reserve size needs a
+GPU to read and is not planned.
 """
 
 from __future__ import annotations
@@ -179,9 +185,46 @@ def batch_norm_backward(
     return grad_input, grad_weight, grad_bias
 
 
+def to_copy(
+    input: torch.Tensor,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+    non_blocking: bool = False,
+    memory_format: torch.memory_format | None = None,
+) -> Any:
+    """`aten._to_copy`'s output for a dtype conversion of a dense fake CPU tensor, or
+    `FALL_BACK` (device moves, layouts, memory formats and constants stay with the fake mode)."""
+    if dtype is None or pin_memory or memory_format is not None or not _on_fake_cpu(input):
+        return FALL_BACK
+    if layout not in (None, torch.strided) or (device is not None and device != input.device):
+        return FALL_BACK
+    strides = _dense_layout(input)
+    if strides is None:
+        return FALL_BACK
+    return _fake_empty(input, input.shape, strides, dtype)
+
+
+def activation_backward(grad_output: torch.Tensor, saved: torch.Tensor, *_: Any) -> Any:
+    """`threshold_backward` / `sigmoid_backward`'s gradient: an elementwise op of two tensors
+    (TensorIterator), so with the same shape, dtype and dense layout it has theirs; otherwise
+    `FALL_BACK` (broadcasting, type promotion and mixed layouts stay with the fake mode)."""
+    if not _on_fake_cpu(grad_output, saved) or grad_output.dtype != saved.dtype:
+        return FALL_BACK
+    strides = _dense_layout(grad_output)
+    if strides is None or saved.shape != grad_output.shape or saved.stride() != strides:
+        return FALL_BACK
+    return _fake_empty(grad_output, grad_output.shape, strides, grad_output.dtype)
+
+
 SHAPE_RULES: dict[Any, Callable[..., Any]] = {
     _aten.native_batch_norm.default: batch_norm,
     _aten.native_batch_norm_backward.default: batch_norm_backward,
+    _aten._to_copy.default: to_copy,
+    _aten.threshold_backward.default: activation_backward,
+    _aten.sigmoid_backward.default: activation_backward,
 }
 """The ops whose fake outputs a rule gives directly, by overload."""
 
