@@ -41,7 +41,7 @@ allocates grad_input, grad_weight and grad_bias whatever the mask. Otherwise (bf
 `save_invstd` of [C] in the accumulate dtype (fp32 for fp16 / bf16) in training and in eval, and
 `batch_norm_backward_cuda` allocates grad_input only under `output_mask[0]`. So for fp16 inputs
 (16-mixed) CUDA's statistics are fp32 where the fake path's are fp16: 2 bytes per channel more,
-nothing after the allocator's 512-byte rounding below 128 channels. The default plans are
+no difference after the allocator's 512-byte rounding up to 128 channels. The default plans are
 identical either way (checked by giving the rule CUDA's dtypes); cuDNN's reserve size needs a
 GPU to read and is not planned.
 """
