@@ -330,7 +330,7 @@ class FakeStepRecorder(StorageRecorder):
             # the same number, after a full dispatch (0.17 ms each, ~1,200 per default plan).
             with no_dispatch():
                 return func(args[0].constant)
-        out = direct_outputs(func, args, kwargs)  # batch norm without its decomposition
+        out = direct_outputs(func, args, kwargs)  # shape_rules: no decomposition to run
         if out is not FALL_BACK:
             return out
         try:
