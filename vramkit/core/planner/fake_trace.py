@@ -52,6 +52,7 @@ from vramkit.core.planner.dropout_rules import CudaDropout
 from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.fake_views import fake_view, takes_fast_view
 from vramkit.core.planner.fast_paths import InferenceFastPaths
+from vramkit.core.planner.fresh_outputs import fresh_output
 from vramkit.core.planner.in_place_writes import writes_values_only, written_result
 from vramkit.core.planner.op_rules import (
     CUDNN_CONVOLUTIONS,
@@ -324,6 +325,9 @@ class FakeStepRecorder(StorageRecorder):
             return written_result(func, args)
         if takes_fast_view(func, args, kwargs):
             return fake_view(func, args)
+        fresh = fresh_output(func, args, kwargs)
+        if fresh is not None:
+            return fresh
         if func is _ITEM and type(args[0]) is FakeTensor and args[0].constant is not None:
             # A fake constant (Adam's step counters, read for the bias correction of every
             # parameter at every step) has its value: the fake mode's constant propagation reads
