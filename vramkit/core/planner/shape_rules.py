@@ -1,22 +1,26 @@
-"""Outputs of a few ops on fake tensors, given directly instead of through FakeTensorMode.
+"""Batch norm's and two activation gradients' fake outputs, without their decomposition.
 
 Why a re-implementation (measured with a per-op timer around the recorder's dispatch and the
-fake mode's cache counters, default DBNet plan `scripts/plan_memory.py +hw=t4`): FakeTensorMode
-has no meta kernel for these ops; on a cache miss it runs their Python decomposition
-(torch/_decomp/decompositions.py), every inner op dispatched through the fake mode again, and
-each trace of a plan (train batch 1, 1000, 826, val 100) brings new shapes.
+fake mode's cache counters, default DBNet plan `scripts/plan_memory.py +hw=t4`, 2-core machine):
+FakeTensorMode has no meta kernel for these ops; on a cache miss it runs their Python
+decomposition (torch/_decomp/decompositions.py: `native_batch_norm_helper`,
+`native_batch_norm_backward`, and the elementwise references of the two gradients), every inner
+op dispatched through the fake mode again, and each trace of a plan (train batch 1, 1000, 826,
+val 100) brings new shapes.
 
-- `native_batch_norm`: 20 misses at 22-28 ms + 146 hits at 0.6-0.7 ms; its backward 15 misses
-  at 16-23 ms + 129 hits at 0.7-1.1 ms. Together 0.82 s, the most of any op; 0.07-0.10 s here.
-- `_to_copy` (autocast's casts): 111 misses at 2.9 ms + 574 hits at 0.37 ms, 0.53 s; 0.09 s.
-- `threshold_backward` / `sigmoid_backward`: 21 misses at 5.8-6.2 ms + 111 hits.
+- `native_batch_norm`: 20 misses at 16-28 ms + 146 hits at 0.45-0.7 ms; its backward 15
+  misses at 12-23 ms + 129 hits at 0.5-1.1 ms: 0.64-0.83 s per plan, the most of any op.
+  With the rules: 310 calls, 0.06-0.10 s.
+- `threshold_backward` (ReLU) / `sigmoid_backward`: 21 misses at 3-6 ms + 111 hits,
+  0.10-0.13 s; with the rules 0.01 s.
 
-Each rule builds its outputs as the fake cache builds a hit's (`_fake_empty`), and decides per
-call: where it cannot be exact (an unusual stride pattern, broadcasting, a device move, a fake
-constant, arguments the decomposition would refuse) it answers `FALL_BACK` and the op runs
-through the fake mode, so every error and every odd layout stays PyTorch's. The metadata is the
-fake path's (the CPU branch of the decompositions: the planner's fake tensors live on the CPU),
-so plans do not change:
+Each rule builds its outputs as the fake mode's cache builds a hit's (`fresh_outputs.fresh_fake`)
+and decides per call: where it cannot be exact (an unusual stride pattern, broadcasting, mixed
+dtypes, a fake constant, arguments the decomposition would refuse) it answers `FALL_BACK` and
+the op runs through the fake mode, so every error and every odd layout stays PyTorch's. The
+metadata is the fake path's (the CPU branch of the decompositions: the planner's fake tensors
+live on the CPU), so plans do not change (`tests/core/planner/test_shape_rules.py` compares
+both over dtypes, parameters, ranks, layouts and output masks):
 
 - `native_batch_norm`: the output in the input's dtype and memory format; `save_mean` /
   `save_invstd` of [C] in the input's dtype when training, [0] in eval
@@ -25,9 +29,8 @@ so plans do not change:
 - `native_batch_norm_backward`: grad_input in the input's dtype and layout even when
   `output_mask[0]` is False (the decomposition computes it anyway); grad_weight / grad_bias of
   [C] in the weight's dtype (the input's without a weight), None where `output_mask` is False.
-- `_to_copy` to another dtype keeps a dense input's strides (`prims.convert_element_type`'s
-  meta, torch/_prims/__init__.py); the threshold / sigmoid gradients are elementwise
-  (TensorIterator): same shape, dtype and layout as their two operands.
+- the threshold / sigmoid gradients are elementwise (TensorIterator): with two operands of one
+  shape, dtype and fresh layout, the gradient has theirs.
 
 What CUDA allocates for batch norm (read from the sources; not applied here): with a weight and
 a bias, fp32 input or fp16 input with fp32 weight, and 3-5 dims, `_batch_norm_impl_index`
@@ -52,58 +55,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+from torch._subclasses.fake_tensor import FakeTensor
+
+from vramkit.core.planner.fresh_outputs import fresh_fake, fresh_layout
 
 FALL_BACK: Any = object()
 """A rule's answer when it cannot give the fake path's outputs exactly: run the op instead."""
 
 _aten = torch.ops.aten
-
-
-def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
-def _channels_last_strides(shape: Sequence[int]) -> tuple[int, ...] | None:
-    """`torch.empty(shape, memory_format=channels_last(_3d))`'s strides (4-D / 5-D only)."""
-    if len(shape) not in (4, 5):
-        return None
-    order = [1, *range(len(shape) - 1, 1, -1), 0]  # innermost first: C, W, H, (D,) N
-    strides, step = [0] * len(shape), 1
-    for dim in order:
-        strides[dim] = step
-        step *= max(shape[dim], 1)
-    return tuple(strides)
-
-
-def _dense_layout(tensor: torch.Tensor) -> tuple[int, ...] | None:
-    """The strides of `tensor` when they are those of a fresh contiguous or channels-last
-    tensor, which elementwise ops keep (TensorIterator); None for any other layout."""
-    shape, strides = tensor.shape, tensor.stride()
-    if strides == _contiguous_strides(shape):
-        return strides
-    # A tensor that is also contiguous by `is_contiguous()` (size-1 dims) has two readings;
-    # which one TensorIterator picks is not worth re-deriving: the fake path answers it.
-    if strides == _channels_last_strides(shape) and not tensor.is_contiguous():
-        return strides
-    return None
-
-
-def _fake_empty(
-    like: FakeTensor, shape: Sequence[int], strides: Sequence[int], dtype: torch.dtype
-) -> FakeTensor:
-    """A fresh fake tensor beside `like`, made as the fake mode makes a cached op's outputs
-    (`FakeTensorMode._output_from_cache_entry`, torch/_subclasses/fake_tensor.py): a meta tensor
-    wrapped for `like`'s mode and device. 30 us here against 230-310 us for `new_empty_strided`,
-    which goes through the whole fake dispatch."""
-    mode = like.fake_mode
-    with in_kernel_invocation_manager(mode):
-        meta = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
-    return FakeTensor(mode, meta, like.device)
 
 
 def _on_fake_cpu(*tensors: torch.Tensor | None) -> bool:
@@ -132,7 +91,7 @@ def batch_norm(
     `FALL_BACK`."""
     if not _on_fake_cpu(input, weight, bias, running_mean, running_var) or input.dim() < 2:
         return FALL_BACK
-    strides = _dense_layout(input)
+    strides = fresh_layout(input)
     channels = input.shape[1]
     if strides is None or input.numel() == 0 or not input.is_floating_point():
         return FALL_BACK
@@ -142,12 +101,12 @@ def batch_norm(
         return FALL_BACK  # the decomposition's Bessel correction divides by zero: its error
     if not training and (running_mean is None or running_var is None):
         return FALL_BACK  # refused by the decomposition: keep its message
-    output = _fake_empty(input, input.shape, strides, input.dtype)
+    output = fresh_fake(input, input.shape, strides, input.dtype)
     stat = (channels,) if training else (0,)
     return (
         output,
-        _fake_empty(input, stat, (1,), input.dtype),
-        _fake_empty(input, stat, (1,), input.dtype),
+        fresh_fake(input, stat, (1,), input.dtype),
+        fresh_fake(input, stat, (1,), input.dtype),
     )
 
 
@@ -168,7 +127,7 @@ def batch_norm_backward(
     tensors = (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd)
     if not _on_fake_cpu(*tensors) or input.dim() < 2 or len(output_mask) != 3:
         return FALL_BACK
-    strides = _dense_layout(input)
+    strides = fresh_layout(input)
     # grad_input follows both operands' layouts; only equal ones give the input's for sure.
     if strides is None or grad_out.shape != input.shape or grad_out.stride() != strides:
         return FALL_BACK
@@ -178,33 +137,11 @@ def batch_norm_backward(
     statistics = (save_mean, save_invstd) if train else (running_mean, running_var)
     if any(t is None for t in statistics) or not _per_channel(channels, weight, *statistics):
         return FALL_BACK
-    grad_input = _fake_empty(input, input.shape, strides, input.dtype)
+    grad_input = fresh_fake(input, input.shape, strides, input.dtype)
     dtype = weight.dtype if weight is not None else input.dtype
-    grad_weight = _fake_empty(input, (channels,), (1,), dtype) if output_mask[1] else None
-    grad_bias = _fake_empty(input, (channels,), (1,), dtype) if output_mask[2] else None
+    grad_weight = fresh_fake(input, (channels,), (1,), dtype) if output_mask[1] else None
+    grad_bias = fresh_fake(input, (channels,), (1,), dtype) if output_mask[2] else None
     return grad_input, grad_weight, grad_bias
-
-
-def to_copy(
-    input: torch.Tensor,
-    *,
-    dtype: torch.dtype | None = None,
-    layout: torch.layout | None = None,
-    device: torch.device | None = None,
-    pin_memory: bool | None = None,
-    non_blocking: bool = False,
-    memory_format: torch.memory_format | None = None,
-) -> Any:
-    """`aten._to_copy`'s output for a dtype conversion of a dense fake CPU tensor, or
-    `FALL_BACK` (device moves, layouts, memory formats and constants stay with the fake mode)."""
-    if dtype is None or pin_memory or memory_format is not None or not _on_fake_cpu(input):
-        return FALL_BACK
-    if layout not in (None, torch.strided) or (device is not None and device != input.device):
-        return FALL_BACK
-    strides = _dense_layout(input)
-    if strides is None:
-        return FALL_BACK
-    return _fake_empty(input, input.shape, strides, dtype)
 
 
 def activation_backward(grad_output: torch.Tensor, saved: torch.Tensor, *_: Any) -> Any:
@@ -213,16 +150,15 @@ def activation_backward(grad_output: torch.Tensor, saved: torch.Tensor, *_: Any)
     `FALL_BACK` (broadcasting, type promotion and mixed layouts stay with the fake mode)."""
     if not _on_fake_cpu(grad_output, saved) or grad_output.dtype != saved.dtype:
         return FALL_BACK
-    strides = _dense_layout(grad_output)
+    strides = fresh_layout(grad_output)
     if strides is None or saved.shape != grad_output.shape or saved.stride() != strides:
         return FALL_BACK
-    return _fake_empty(grad_output, grad_output.shape, strides, grad_output.dtype)
+    return fresh_fake(grad_output, grad_output.shape, strides, grad_output.dtype)
 
 
 SHAPE_RULES: dict[Any, Callable[..., Any]] = {
     _aten.native_batch_norm.default: batch_norm,
     _aten.native_batch_norm_backward.default: batch_norm_backward,
-    _aten._to_copy.default: to_copy,
     _aten.threshold_backward.default: activation_backward,
     _aten.sigmoid_backward.default: activation_backward,
 }
@@ -233,6 +169,6 @@ def direct_outputs(func: Any, args: tuple, kwargs: dict) -> Any:
     """The outputs of `func(*args, **kwargs)` on fake tensors from its rule, or `FALL_BACK`
     when it has none or its rule cannot be exact for these arguments."""
     rule = SHAPE_RULES.get(func)
-    if rule is None:
+    if rule is None or kwargs:  # the dispatcher passes these ops' arguments by position
         return FALL_BACK
     return rule(*args, **kwargs)
