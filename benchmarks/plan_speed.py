@@ -95,6 +95,21 @@ ROUNDS = [
         "annotation file when its item is read, not all 1,100 first) and the script pauses "
         "Python's cyclic garbage collector while importing, then freezes what it imported.",
     ),
+    side_by_side(
+        "5533c50",
+        "5f59f8a",
+        {
+            "default": {
+                "before": [8.72, 8.48, 8.34, 8.74, 8.86],
+                "after": [7.77, 7.68, 7.56, 7.88, 7.79],
+            },
+        },
+        "/usr/bin/time user + sys, a snapshot of 5533c50 (git archive) and 5f59f8a run "
+        "alternately, 5 runs each, load 0.87-1.16; printed plans byte-identical apart from the "
+        "timing line. 5f59f8a gives batch norm's and the ReLU / sigmoid gradients' fake outputs "
+        "from shape rules (shape_rules.py) instead of their decompositions: their fake dispatch "
+        "0.75-0.80 s -> 0.07 s per default plan.",
+    ),
 ]
 """The later rounds of speed work (issue #10 item 6), each measured side by side with the
 commit before it (``BEFORE`` is the first round's starting point)."""
