@@ -184,9 +184,13 @@ def test_the_recorder_takes_the_rule_and_records_the_same_allocations(monkeypatc
     monkeypatch.setattr(shape_rules, "SHAPE_RULES", {})
     without = _trace_block(batch=4)
     assert with_rules[:3] == without[:3]
-    batch_norm_ops = {aten.native_batch_norm.default, aten.native_batch_norm_backward.default}
-    assert not batch_norm_ops & set(with_rules[3])
-    assert batch_norm_ops <= set(without[3])
+    ruled = {
+        aten.native_batch_norm.default,
+        aten.native_batch_norm_backward.default,
+        aten.threshold_backward.default,
+    }
+    assert not ruled & set(with_rules[3])
+    assert ruled <= set(without[3])
 
 
 def _layouts(shape):
@@ -216,4 +220,4 @@ def test_activation_gradients_match_the_fake_mode(dtype):
             for x in [*left, answered[1], torch.empty(shape, dtype=torch.float32)]:
                 if x.dtype == dtype and x.stride() == grad.stride():
                     continue
-                assert shape_rules.activation_backward(grad, x.to(x.dtype), 0.0) is FALL_BACK
+                assert shape_rules.activation_backward(grad, x, 0.0) is FALL_BACK
