@@ -98,3 +98,27 @@ def test_constants_are_left_to_the_fake_mode():
     with FakeTensorMode():
         constant = torch.tensor(1.0)
         assert fresh_output(aten._to_copy.default, (constant,), {"dtype": torch.float16}) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_a_foreach_square_root_is_one_fresh_tensor_like_each_input(dtype):
+    with FakeTensorMode():
+        tensors = [
+            _make(shape, layout).to(dtype)
+            for shape, layout in [
+                ((3, 5), "contiguous"),
+                ((2, 3, 4, 5), "channels_last"),
+                ((7,), "contiguous"),
+            ]
+        ]
+        direct = fresh_output(aten._foreach_sqrt.default, (tensors,), {})
+        dispatched = aten._foreach_sqrt.default(tensors)
+    assert [_metadata(t) for t in direct] == [_metadata(t) for t in dispatched]
+
+
+def test_a_foreach_square_root_with_an_odd_layout_is_left_to_the_fake_mode():
+    with FakeTensorMode():
+        tensors = [torch.empty(3, 5), _make((3, 5), "transposed")]
+        assert fresh_output(aten._foreach_sqrt.default, (tensors,), {}) is None
+        integers = [torch.empty(3, dtype=torch.int64)]
+        assert fresh_output(aten._foreach_sqrt.default, (integers,), {}) is None

@@ -1,12 +1,13 @@
-"""Fresh fake outputs of the two commonest allocating ops, made without the fake dispatch.
+"""Fresh fake outputs of the commonest allocating ops, made without the fake dispatch.
 
 `_to_copy` (every autocast cast of a weight or an input: 13,600 calls in a Phi-1.5 plan) and
 `zeros_like` (every optimizer state and the gradients of a validation trace: 7,300) each cost a
 full `FakeTensorMode` dispatch: 0.31-0.37 ms on a cache hit, 2.1-2.3 ms when `_to_copy` misses
-and runs its Python decomposition (torch/_decomp/decompositions.py `_to_copy`). Their output is
-a fresh tensor whose metadata follows from the input's alone, so it is made here as the fake
-mode makes a cached op's outputs (`FakeTensorMode._output_from_cache_entry`: a meta tensor,
-wrapped for the input's mode and device), about 30 µs.
+and runs its Python decomposition (torch/_decomp/decompositions.py `_to_copy`). AdamW's
+`_foreach_sqrt` returns a list, which the fake mode's cache refuses: 20-77 ms per step (DBNet,
+Phi-1.5). Each output is a fresh tensor whose metadata follows from its input's alone, so it is
+made here as the fake mode makes a cached op's outputs (`FakeTensorMode._output_from_cache_entry`:
+a meta tensor, wrapped for the input's mode and device), about 30 µs.
 
 The rules answer only what they answer exactly: a plain fake tensor (no constant) whose layout
 is a fresh contiguous or channels-last one, which both ops keep (`_to_copy`'s decomposition via
@@ -78,9 +79,26 @@ def _plain_fake(tensor: Any) -> bool:
     return type(tensor) is FakeTensor and tensor.constant is None
 
 
-def fresh_output(func: Any, args: tuple, kwargs: dict) -> FakeTensor | None:
-    """The output of `_to_copy` (a change of dtype) or `zeros_like` made directly, or None when
-    the fake mode must answer."""
+def _each_fresh(tensors: Any) -> list[FakeTensor] | None:
+    """A fresh tensor like each of `tensors` (same shape, layout and dtype), or None."""
+    if not isinstance(tensors, (list, tuple)):
+        return None
+    layouts = []
+    for tensor in tensors:
+        if not _plain_fake(tensor) or tensor.device.type != "cpu":
+            return None
+        if not tensor.is_floating_point() or (strides := fresh_layout(tensor)) is None:
+            return None
+        layouts.append(strides)
+    pairs = zip(tensors, layouts, strict=True)
+    return [fresh_fake(tensor, tensor.shape, strides, tensor.dtype) for tensor, strides in pairs]
+
+
+def fresh_output(func: Any, args: tuple, kwargs: dict) -> Any:
+    """The output of `_to_copy` (a change of dtype), `zeros_like` or `_foreach_sqrt` (AdamW's
+    one temporary per parameter) made directly, or None when the fake mode must answer."""
+    if func is aten._foreach_sqrt.default:
+        return _each_fresh(args[0]) if len(args) == 1 and not kwargs else None
     if func is aten._to_copy.default:
         dtype = kwargs.get("dtype")
         if len(args) != 1 or dtype is None or dtype == args[0].dtype:
