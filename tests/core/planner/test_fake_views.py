@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fake_metadata import metadata
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from vramkit.core.planner.fake_views import VIEW_OPS, fake_view, takes_fast_view
@@ -26,18 +27,6 @@ CALLS = [
 ]
 
 
-def _metadata(tensor: torch.Tensor) -> tuple:
-    return (
-        type(tensor),
-        tuple(tensor.shape),
-        tensor.stride(),
-        tensor.storage_offset(),
-        tensor.dtype,
-        tensor.device,
-        tensor.untyped_storage().nbytes(),
-    )
-
-
 def test_every_view_op_is_covered():
     assert {call[0] for call in CALLS} == VIEW_OPS
 
@@ -56,7 +45,7 @@ def test_a_fast_view_has_the_fake_modes_metadata_and_storage(op, extra, layout):
         fast = fake_view(op, args)
         slow = op(*args)
     assert isinstance(fast, FakeTensor)
-    assert _metadata(fast) == _metadata(slow)
+    assert metadata(fast) == metadata(slow)
     assert fast.untyped_storage()._cdata == source.untyped_storage()._cdata  # no allocation
 
 

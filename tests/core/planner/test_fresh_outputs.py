@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fake_metadata import metadata
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from vramkit.core.planner.fresh_outputs import fresh_output
@@ -26,19 +27,6 @@ def _make(shape, layout):
     return tensor
 
 
-def _metadata(tensor):
-    return (
-        type(tensor),
-        tuple(tensor.shape),
-        tensor.stride(),
-        tensor.storage_offset(),
-        tensor.dtype,
-        tensor.device,
-        tensor.untyped_storage().nbytes(),
-        tensor.requires_grad,
-    )
-
-
 CALLS = [
     (aten._to_copy.default, {"dtype": torch.float16}),
     (aten._to_copy.default, {"dtype": torch.bfloat16, "memory_format": torch.preserve_format}),
@@ -52,7 +40,7 @@ CALLS = [
 @pytest.mark.parametrize(("op", "kwargs"), CALLS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_a_direct_output_has_the_fake_modes_metadata(op, kwargs, layout, shape):
+def test_a_direct_output_has_the_fake_modesmetadata(op, kwargs, layout, shape):
     with FakeTensorMode():
         source = _make(shape, layout)
         direct = fresh_output(op, (source,), kwargs)
@@ -60,7 +48,7 @@ def test_a_direct_output_has_the_fake_modes_metadata(op, kwargs, layout, shape):
     if direct is None:
         return  # the fake mode answers: nothing to compare
     assert isinstance(direct, FakeTensor)
-    assert _metadata(direct) == _metadata(dispatched)
+    assert metadata(direct) == metadata(dispatched)
     assert direct.untyped_storage()._cdata != source.untyped_storage()._cdata  # fresh
 
 
@@ -113,7 +101,7 @@ def test_a_foreach_square_root_is_one_fresh_tensor_like_each_input(dtype):
         ]
         direct = fresh_output(aten._foreach_sqrt.default, (tensors,), {})
         dispatched = aten._foreach_sqrt.default(tensors)
-    assert [_metadata(t) for t in direct] == [_metadata(t) for t in dispatched]
+    assert [metadata(t) for t in direct] == [metadata(t) for t in dispatched]
 
 
 def test_a_foreach_square_root_with_an_odd_layout_is_left_to_the_fake_mode():

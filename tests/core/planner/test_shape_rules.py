@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+from fake_metadata import metadata
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -25,20 +26,6 @@ CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 LAYOUTS = [(ndim, "contiguous") for ndim in SHAPES] + [(4, "channels_last"), (5, "channels_last")]
 # A half input with fp32 affine parameters and statistics is what autocast hands batch norm.
 PARAMETER_DTYPES = ["none", "float32", "same"]
-
-
-def _metadata(value):
-    if value is None:
-        return None
-    return (
-        tuple(value.shape),
-        value.dtype,
-        value.stride(),
-        value.storage_offset(),
-        value.untyped_storage().nbytes(),
-        value.device,
-        type(value),
-    )
 
 
 def _input(shape, layout, dtype):
@@ -73,7 +60,7 @@ def test_outputs_match_the_fake_mode(ndim, layout, dtype):
                 expected = aten.native_batch_norm(*args)
                 got = batch_norm(*args)
                 assert got is not FALL_BACK, (shape, layout, parameters, training)
-                assert [_metadata(t) for t in got] == [_metadata(t) for t in expected]
+                assert [metadata(t) for t in got] == [metadata(t) for t in expected]
                 assert all(t.fake_mode is x.fake_mode for t in got)
                 grad_out = torch.empty_like(expected[0])
                 for mask in MASKS:
@@ -81,7 +68,7 @@ def test_outputs_match_the_fake_mode(ndim, layout, dtype):
                     want = aten.native_batch_norm_backward(*args)
                     have = batch_norm_backward(*args)
                     assert have is not FALL_BACK, (shape, layout, parameters, training, mask)
-                    assert [_metadata(t) for t in have] == [_metadata(t) for t in want]
+                    assert [metadata(t) for t in have] == [metadata(t) for t in want]
                     compared += 1
     assert compared > 0
 
@@ -215,7 +202,7 @@ def test_activation_gradients_match_the_fake_mode(dtype):
                 grad = torch.empty_strided(x.shape, x.stride(), dtype=dtype)
                 got = shape_rules.activation_backward(grad, x, *extra)
                 assert got is not FALL_BACK
-                assert _metadata(got) == _metadata(op(grad, x, *extra))
+                assert metadata(got) == metadata(op(grad, x, *extra))
             grad = torch.empty(shape, dtype=dtype)
             for x in [*left, answered[1], torch.empty(shape, dtype=torch.float32)]:
                 if x.dtype == dtype and x.stride() == grad.stride():
