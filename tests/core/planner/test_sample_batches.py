@@ -17,6 +17,9 @@ class _Rows(L.LightningDataModule):
         self.stages: list[str] = []
         self.rows: torch.Tensor | None = None
 
+    def prepare_data(self) -> None:
+        self.stages.append("prepare")
+
     def setup(self, stage: str) -> None:
         self.stages.append(stage)
         self.rows = torch.zeros(8, 4)
@@ -39,11 +42,11 @@ def test_a_datamodule_without_a_planning_setup_is_set_up_for_fitting() -> None:
     datamodule = _Rows()
     assert not isinstance(datamodule, PlanningSetup)
     samples = sample_batches(datamodule)
-    assert datamodule.stages == ["fit"]
+    assert datamodule.stages == ["prepare", "fit"]
     assert samples.train.shape == (1, 4) and samples.train_size == 8
 
 
-def test_a_planning_setup_replaces_the_fit_setup() -> None:
+def test_a_planning_setup_replaces_prepare_data_and_the_fit_setup() -> None:
     datamodule = _PlannableRows()
     samples = sample_batches(datamodule)
     assert datamodule.stages == ["planning"]

@@ -96,6 +96,28 @@ def test_set_up_for_planning_the_splits_are_whole_and_checked_later(
     assert module.data_problems()["val/bad_lines"] == 1
 
 
+def test_a_plan_renders_missing_data_and_leaves_checksums_to_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = _module(tmp_path)
+    first.prepare_data()
+    edited = first.train_dir / "gt" / "gt_img_00001.txt"
+    original = edited.read_bytes()
+    edited.write_bytes(original.replace(b"1", b"7"))
+    (first.val_dir / "gt" / "gt_img_00002.txt").unlink()
+    module = _module(tmp_path)
+    with caplog.at_level("WARNING"):
+        module.setup_for_planning()
+    assert "val/gt/gt_img_00002.txt" in caplog.text  # missing: rendered again for the plan
+    assert "train/gt" not in caplog.text and edited.read_bytes() != original
+    assert len(module.train_dataset) == 4 and len(module.val_dataset) == 2
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        module.prepare_data()  # the run checks every file: the edit is found and repaired
+    assert "train/gt/gt_img_00001.txt" in caplog.text
+    assert edited.read_bytes() == original
+
+
 def test_hydra_containers_are_accepted(tmp_path: Path) -> None:
     config = OmegaConf.create(
         {"synthetic": {**TINY_SYNTHETIC, "font_size": [14, 30]}, "augment": {"scale": [0.7, 1.5]}}

@@ -134,6 +134,20 @@ def test_an_edited_or_truncated_file_is_named_and_rendered_again_alone(
     assert synthetic_text.is_complete(dataset_dir, TINY)
 
 
+def test_without_checksums_only_missing_files_count_as_damaged(tmp_path: Path) -> None:
+    dataset_dir = ensure_synthetic_dataset(tmp_path, TINY)
+    edited = dataset_dir / "train" / "gt" / "gt_img_00001.txt"
+    edited.write_text(edited.read_text().replace("1", "7"))
+    (dataset_dir / "val" / "gt" / "gt_img_00002.txt").unlink()
+    assert synthetic_text.damaged_files(dataset_dir, TINY, checksums=False) == [
+        "val/gt/gt_img_00002.txt"
+    ]
+    assert synthetic_text.damaged_files(dataset_dir, TINY) == [
+        "train/gt/gt_img_00001.txt",
+        "val/gt/gt_img_00002.txt",
+    ]
+
+
 def test_a_generation_that_fails_midway_leaves_no_dataset(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

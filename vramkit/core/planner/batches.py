@@ -30,9 +30,10 @@ class PlanningSetup(Protocol):
     """A datamodule that sets itself up for the planner with less work than `setup("fit")`."""
 
     def setup_for_planning(self) -> None:
-        """Make `train_dataloader()` and `val_dataloader()` usable: datasets of their full
-        length whose items are those `setup("fit")` gives, without work that only a run needs
-        (e.g. checking every annotation file). A later `setup()` must still do that work."""
+        """Make `train_dataloader()` and `val_dataloader()` usable, in place of `prepare_data()`
+        and `setup("fit")`: datasets of their full length whose items are those a run gets,
+        without work that only a run needs (e.g. checking every annotation file, or every
+        file's checksum). A later `prepare_data()` / `setup()` must still do that work."""
 
 
 @dataclass(frozen=True)
@@ -99,10 +100,10 @@ def _one_sample(loader: DataLoader, split: str) -> tuple[Any, int | None]:
 def sample_batches(datamodule: L.LightningDataModule) -> PhaseSamples:
     """Prepare and set up `datamodule` for fitting (`PlanningSetup` when it has it); return
     one collated sample per phase."""
-    datamodule.prepare_data()
     if isinstance(datamodule, PlanningSetup):
         datamodule.setup_for_planning()
     else:
+        datamodule.prepare_data()
         datamodule.setup("fit")
     train, train_size = _one_sample(_first_loader(datamodule.train_dataloader(), "train"), "train")
     val, val_size = _one_sample(_first_loader(datamodule.val_dataloader(), "val"), "val")

@@ -159,9 +159,12 @@ def is_complete(dataset_dir: Path, config: SyntheticTextConfig) -> bool:
     return damaged_files(dataset_dir, config) == []
 
 
-def damaged_files(dataset_dir: Path, config: SyntheticTextConfig) -> list[str] | None:
-    """The files (relative paths) that differ from the manifest's checksums, or are missing;
-    None when the folder is no finished dataset of these parameters at all."""
+def damaged_files(
+    dataset_dir: Path, config: SyntheticTextConfig, *, checksums: bool = True
+) -> list[str] | None:
+    """The files (relative paths) that differ from the manifest's checksums, or are missing
+    (only missing without `checksums`); None when the folder is no finished dataset of these
+    parameters at all."""
     dataset_dir = Path(dataset_dir)
     manifest = read_manifest(dataset_dir)
     if manifest is None or manifest.get("hash") != config.params_hash():
@@ -177,6 +180,8 @@ def damaged_files(dataset_dir: Path, config: SyntheticTextConfig) -> list[str] |
     }
     if set(recorded) != expected:
         return None
+    if not checksums:
+        return [name for name in sorted(recorded) if not (dataset_dir / name).is_file()]
     return [name for name in sorted(recorded) if _checksum(dataset_dir / name) != recorded[name]]
 
 
@@ -211,6 +216,7 @@ def _repair(dataset_dir: Path, config: SyntheticTextConfig, damaged: list[str]) 
         ", ".join(damaged[:5]) + (", ..." if len(damaged) > 5 else ""),
     )
     renderer = TextRenderer()
+    rewritten: list[str] = []
     for split in SPLITS:
         indices = sorted(
             {
@@ -221,10 +227,13 @@ def _repair(dataset_dir: Path, config: SyntheticTextConfig, damaged: list[str]) 
         )
         if indices:
             write_images(renderer, config, split, indices, dataset_dir / split)
+            rewritten += [_relative(split, i, kind) for i in indices for kind in ("image", "gt")]
     manifest = read_manifest(dataset_dir)
     assert manifest is not None
-    # The same OpenCV encodes the same bytes; another version may not, so record what is there.
-    manifest["files"] = _checksums(dataset_dir, config)
+    # The same OpenCV encodes the same bytes; another version may not, so record what is there
+    # for the files rendered again (and only those: the others were not checked without
+    # checksums, and keep what the manifest says they must be).
+    manifest["files"].update({name: _checksum(dataset_dir / name) for name in rewritten})
     atomic_write_bytes(dataset_dir / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
 
 
@@ -360,11 +369,13 @@ def _write_chunks_in_pool(
 
 
 def ensure_synthetic_dataset(
-    root: Path, config: SyntheticTextConfig, *, workers: int | None = None
+    root: Path, config: SyntheticTextConfig, *, workers: int | None = None, checksums: bool = True
 ) -> Path:
     """Return the dataset folder for ``config`` under ``root``, generating it if needed.
 
-    An existing complete dataset with the same parameters is reused untouched. Otherwise the
+    An existing complete dataset with the same parameters is reused untouched; a file that
+    differs from the manifest's checksum (or, without ``checksums``, only a missing one) is
+    rendered again. Otherwise the
     images are rendered (by ``workers`` processes; default: the available cores, one process for
     small sets) into a hidden temporary folder that is renamed into place at the end; if another
     process finishes the same dataset first, its result is used. The output does not depend on
@@ -372,10 +383,10 @@ def ensure_synthetic_dataset(
     """
     root = Path(root)
     final = synthetic_dataset_dir(root, config)
-    damaged = damaged_files(final, config)
+    damaged = damaged_files(final, config, checksums=checksums)
     if damaged:
         _repair(final, config, damaged)
-        damaged = damaged_files(final, config)
+        damaged = damaged_files(final, config, checksums=checksums)
     if damaged == []:
         return final
     root.mkdir(parents=True, exist_ok=True)
