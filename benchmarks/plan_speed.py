@@ -125,6 +125,19 @@ ROUNDS = [
         "dispatch; gradient checkpointing and activation offload are bounded where the peak is "
         "the optimizer step (Phi-1.5: 14 -> 12 traces).",
     ),
+    side_by_side(
+        "c6712fa",
+        "c1c5e72",
+        {
+            "default": {"before": [14.81, 15.28, 12.39], "after": [10.27, 11.66, 10.95]},
+            "phi": {"before": [75.96, 79.58, 79.26], "after": [45.84, 44.36, 46.72]},
+        },
+        "/usr/bin/time user + sys, clean clones of the two commits run alternately, 3 rounds "
+        "(load 0.9-1.3, CPU steal rising); printed plans byte-identical apart from the timing "
+        "line and the Phi-1.5 plan's two bounded remedies. c1c5e72 adds to 62f9098: AdamW's "
+        "_foreach_sqrt made directly, albumentations' update check off, and a plan leaves the "
+        "synthetic files' checksums to the run.",
+    ),
 ]
 """The later rounds of speed work (issue #10 item 6), each measured side by side with the
 commit before it (``BEFORE`` is the first round's starting point)."""
