@@ -75,8 +75,13 @@ def fresh_fake(
     return FakeTensor(mode, meta, like.device)
 
 
-def _plain_fake(tensor: Any) -> bool:
-    return type(tensor) is FakeTensor and tensor.constant is None
+def on_fake_cpu(*tensors: torch.Tensor | None) -> bool:
+    """Plain fake CPU tensors (or None): a fake constant's outputs may carry its value, and the
+    planner's fake tensors live on the CPU."""
+    return all(
+        t is None or (type(t) is FakeTensor and t.device.type == "cpu" and t.constant is None)
+        for t in tensors
+    )
 
 
 def _each_fresh(tensors: Any) -> list[FakeTensor] | None:
@@ -85,7 +90,7 @@ def _each_fresh(tensors: Any) -> list[FakeTensor] | None:
         return None
     layouts = []
     for tensor in tensors:
-        if not _plain_fake(tensor) or tensor.device.type != "cpu":
+        if tensor is None or not on_fake_cpu(tensor):
             return None
         if not tensor.is_floating_point() or (strides := fresh_layout(tensor)) is None:
             return None
@@ -110,7 +115,7 @@ def fresh_output(func: Any, args: tuple, kwargs: dict) -> Any:
     else:
         return None
     source = args[0]
-    if not _plain_fake(source) or source.device.type != "cpu":
+    if source is None or not on_fake_cpu(source):
         return None
     for key, value in kwargs.items():
         if key in _KEPT_AS_IS:

@@ -55,22 +55,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
 
-from vramkit.core.planner.fresh_outputs import fresh_fake, fresh_layout
+from vramkit.core.planner.fresh_outputs import fresh_fake, fresh_layout, on_fake_cpu
 
 FALL_BACK: Any = object()
 """A rule's answer when it cannot give the fake path's outputs exactly: run the op instead."""
 
 _aten = torch.ops.aten
-
-
-def _on_fake_cpu(*tensors: torch.Tensor | None) -> bool:
-    """Plain fake CPU tensors (or None): a fake constant's outputs may carry its value."""
-    return all(
-        t is None or (type(t) is FakeTensor and t.device.type == "cpu" and t.constant is None)
-        for t in tensors
-    )
 
 
 def _per_channel(channels: int, *tensors: torch.Tensor | None) -> bool:
@@ -89,7 +80,7 @@ def batch_norm(
 ) -> Any:
     """`aten.native_batch_norm`'s (output, save_mean, save_invstd) on fake CPU tensors, or
     `FALL_BACK`."""
-    if not _on_fake_cpu(input, weight, bias, running_mean, running_var) or input.dim() < 2:
+    if not on_fake_cpu(input, weight, bias, running_mean, running_var) or input.dim() < 2:
         return FALL_BACK
     strides = fresh_layout(input)
     channels = input.shape[1]
@@ -125,7 +116,7 @@ def batch_norm_backward(
     """`aten.native_batch_norm_backward`'s (grad_input, grad_weight, grad_bias) on fake CPU
     tensors, or `FALL_BACK`."""
     tensors = (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd)
-    if not _on_fake_cpu(*tensors) or input.dim() < 2 or len(output_mask) != 3:
+    if not on_fake_cpu(*tensors) or input.dim() < 2 or len(output_mask) != 3:
         return FALL_BACK
     strides = fresh_layout(input)
     # grad_input follows both operands' layouts; only equal ones give the input's for sure.
@@ -148,7 +139,7 @@ def activation_backward(grad_output: torch.Tensor, saved: torch.Tensor, *_: Any)
     """`threshold_backward` / `sigmoid_backward`'s gradient: an elementwise op of two tensors
     (TensorIterator), so with the same shape, dtype and dense layout it has theirs; otherwise
     `FALL_BACK` (broadcasting, type promotion and mixed layouts stay with the fake mode)."""
-    if not _on_fake_cpu(grad_output, saved) or grad_output.dtype != saved.dtype:
+    if not on_fake_cpu(grad_output, saved) or grad_output.dtype != saved.dtype:
         return FALL_BACK
     strides = fresh_layout(grad_output)
     if strides is None or saved.shape != grad_output.shape or saved.stride() != strides:
