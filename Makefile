@@ -23,6 +23,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"  # dev brings Polygon3, as the extra "official" does
+# pip compiles no bytecode for an editable install, and where PYTHONDONTWRITEBYTECODE is set no run
+# writes it either: every run would compile ours again (0.15-0.20 s of CPU for the 99 a plan imports).
+	$(PY) -m compileall -q vramkit scripts
 	touch $(STAMP)
 
 train: install  ## train the default job on the detected hardware (ARGS="+hw=t4 ..." to pass overrides)

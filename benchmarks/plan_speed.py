@@ -12,6 +12,12 @@ Targets (issue #10, item 6): default <= 10 s, Phi <= 60 s. The data the default 
 the first run in a fresh checkout is made before timing (it is a one-off, not planning), so
 the numbers are the steady state a user sees on every launch after the first.
 
+The shared host's speed drifts by up to half within minutes, and more than half of the default
+plan is importing torch, Lightning (with what torchmetrics imports because it is installed),
+Hydra and albumentations. So each timed plan is followed by a process that only does those
+imports (``IMPORT_FLOOR``); the floor's median tells how fast the host was, and the per-run
+difference is the part of a plan its own code decides.
+
 ``python -m benchmarks.plan_speed [--runs N] [--case default|phi]`` writes
 ``results/plan_speed.json``; ``BEFORE`` holds the numbers measured the same way on the commit
 before the speed work, for comparison.
@@ -37,6 +43,14 @@ CASES = {
     "phi": ("+hw=rtx4090_laptop", "task=text_classification", "model=phi15"),
 }
 TARGET_CPU_S = {"default": 10.0, "phi": 60.0}
+IMPORT_FLOOR = (
+    "import gc, os; gc.disable(); "
+    "import hydra, lightning.pytorch, torch._dynamo, torch._subclasses.fake_tensor; "
+    "import albumentations; "
+    "gc.freeze(); os._exit(0)"
+)
+"""What every plan imports before it can plan, with the script's garbage-collector handling
+(`long_lived_imports`) and its exit without teardown."""
 BEFORE = {
     "commit": "bc2946d",
     "cpu_s": {"default": [22.43, 22.57, 22.02], "phi": [113.91]},
@@ -165,17 +179,35 @@ def run_once(case: str, *extra: str) -> tuple[float, int | None]:
     return cpu, int(found.group(1)) if found else None
 
 
+def import_floor_once() -> float:
+    """CPU seconds of one process that only makes `IMPORT_FLOOR`'s imports."""
+    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}  # as vramkit's text detection sets it
+    before = _children_cpu()
+    subprocess.run([sys.executable, "-c", IMPORT_FLOOR], cwd=REPO_ROOT, env=env, check=True)
+    return _children_cpu() - before
+
+
 def measure(case: str, runs: int) -> dict:
     """Median and every run's CPU seconds of `case`, after one untimed run that makes the
-    task's data (without remedies: only the data matters)."""
+    task's data (without remedies: only the data matters); each run is followed by one of
+    `import_floor_once`, and the plan's CPU beyond it is reported too."""
     run_once(case, "--no-remedies")
-    results = [run_once(case) for _ in range(runs)]
+    results, floors = [], []
+    for _ in range(runs):
+        results.append(run_once(case))
+        floors.append(import_floor_once())
     cpu = [round(seconds, 2) for seconds, _ in results]
+    floor = [round(seconds, 2) for seconds in floors]
+    beyond = [round(plan - imports, 2) for plan, imports in zip(cpu, floor, strict=True)]
     median = round(statistics.median(cpu), 2)
     return {
         "command": "python scripts/plan_memory.py " + " ".join(CASES[case]),
         "cpu_s": cpu,
         "median_cpu_s": median,
+        "import_floor_cpu_s": floor,
+        "median_import_floor_cpu_s": round(statistics.median(floor), 2),
+        "beyond_imports_cpu_s": beyond,
+        "median_beyond_imports_cpu_s": round(statistics.median(beyond), 2),
         "traces": results[-1][1],
         "target_cpu_s": TARGET_CPU_S[case],
         "meets_target": median <= TARGET_CPU_S[case],
@@ -206,7 +238,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     numbers = _earlier_cases(set(CASES) - set(args.case or CASES))
     for case in args.case or list(CASES):
         numbers[case] = measure(case, args.runs)
-        print(f"{case}: median {numbers[case]['median_cpu_s']} s CPU {numbers[case]['cpu_s']}")
+        print(
+            f"{case}: median {numbers[case]['median_cpu_s']} s CPU {numbers[case]['cpu_s']}; "
+            f"imports alone {numbers[case]['median_import_floor_cpu_s']} s, the plan beyond "
+            f"them {numbers[case]['median_beyond_imports_cpu_s']} s"
+        )
     numbers["before"] = BEFORE
     numbers["side_by_side_rounds"] = ROUNDS
     numbers["targets_met"] = all(numbers.get(case, {}).get("meets_target") for case in CASES)

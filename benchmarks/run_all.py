@@ -81,7 +81,8 @@ def _headline(name: str, results: dict) -> tuple[str, str, bool]:
         )
     if name == "plan_speed":
         return (
-            f"plan CPU {results['default']['median_cpu_s']} s default, "
+            f"plan CPU {results['default']['median_cpu_s']} s default (imports alone "
+            f"{results['default']['median_import_floor_cpu_s']} s), "
             f"{results['phi']['median_cpu_s']} s Phi-1.5 with remedies",
             f"<= {results['default']['target_cpu_s']:g} / {results['phi']['target_cpu_s']:g} s",
             results["targets_met"],

@@ -13,13 +13,20 @@ def test_median_and_verdict_come_from_the_timed_runs(monkeypatch):
         calls.append((case, extra))
         return next(times)
 
+    floors = iter([7.0, 5.0, 6.0])
     monkeypatch.setattr(plan_speed, "run_once", fake_run)
+    monkeypatch.setattr(plan_speed, "import_floor_once", lambda: next(floors))
     result = plan_speed.measure("default", runs=3)
     assert calls[0] == ("default", ("--no-remedies",))
     assert result["cpu_s"] == [12.0, 9.0, 9.5]
     assert result["median_cpu_s"] == 9.5
     assert result["meets_target"] is True
     assert result["traces"] == 4
+    # Each plan is paired with the floor measured right after it.
+    assert result["import_floor_cpu_s"] == [7.0, 5.0, 6.0]
+    assert result["median_import_floor_cpu_s"] == 6.0
+    assert result["beyond_imports_cpu_s"] == [5.0, 4.0, 3.5]
+    assert result["median_beyond_imports_cpu_s"] == 4.0
 
 
 def test_the_traces_count_is_read_from_the_plan_footer():
@@ -29,11 +36,12 @@ def test_the_traces_count_is_read_from_the_plan_footer():
 
 def test_make_bench_headline_shows_both_cases():
     results = {
-        "default": {"median_cpu_s": 12.3, "target_cpu_s": 10.0},
+        "default": {"median_cpu_s": 12.3, "median_import_floor_cpu_s": 7.1, "target_cpu_s": 10.0},
         "phi": {"median_cpu_s": 55.0, "target_cpu_s": 60.0},
         "targets_met": False,
     }
     value, target, met = run_all._headline("plan_speed", results)
     assert "12.3 s default" in value and "55.0 s Phi-1.5" in value
+    assert "imports alone 7.1 s" in value
     assert target == "<= 10 / 60 s"
     assert met is False
