@@ -54,10 +54,10 @@ def test_a_value_write_on_a_fake_tensor_returns_it_without_a_fake_dispatch():
             result = weights.add_(other)
             torch._foreach_mul_([weights, other], 0.5)
             after = _dispatched()
-            summed = weights + other  # not in place: the fake mode runs it
+            product = weights @ other  # not in place: the fake mode runs it
     assert result is weights
     assert after == before
-    assert _dispatched() > after and summed.shape == (8, 8)
+    assert _dispatched() > after and product.shape == (8, 8)
 
 
 def test_a_constant_is_still_written_so_host_values_stay_right():

@@ -49,7 +49,9 @@ from vramkit.core.planner.cuda_rules import (
     round_allocation,
 )
 from vramkit.core.planner.dropout_rules import CudaDropout
+from vramkit.core.planner.elementwise_outputs import elementwise_output
 from vramkit.core.planner.errors import PlanningError
+from vramkit.core.planner.fake_constants import lifted_constant
 from vramkit.core.planner.fake_views import fake_view, takes_fast_view
 from vramkit.core.planner.fast_paths import InferenceFastPaths
 from vramkit.core.planner.fresh_outputs import fresh_output
@@ -326,6 +328,10 @@ class FakeStepRecorder(StorageRecorder):
         if takes_fast_view(func, args, kwargs):
             return fake_view(func, args)
         fresh = fresh_output(func, args, kwargs)
+        if fresh is None:
+            fresh = elementwise_output(func, args, kwargs)
+        if fresh is None:
+            fresh = lifted_constant(func, args, kwargs)
         if fresh is not None:
             return fresh
         if func is _ITEM and type(args[0]) is FakeTensor and args[0].constant is not None:

@@ -1,0 +1,111 @@
+"""Fake constants made directly equal the fake mode's, behave as its do, and leave a trace as is."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fake_metadata import metadata
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+from vramkit.core.planner import fake_trace
+from vramkit.core.planner.fake_constants import lifted_constant
+from vramkit.core.planner.fake_trace import FakeStepRecorder, cuda_semantics, trace_training
+from vramkit.core.planner.run_setup import RunSetup
+
+aten = torch.ops.aten
+
+VALUES = [(0.0, torch.float32), (1.5, torch.float64), (3, torch.int64), (True, torch.bool)]
+
+
+@pytest.mark.parametrize(("value", "dtype"), VALUES)
+def test_a_lifted_constant_is_the_fake_modes(value, dtype):
+    real = torch.tensor(value, dtype=dtype)
+    with FakeTensorMode():
+        direct = lifted_constant(aten.lift_fresh.default, (real,), {})
+        dispatched = torch.tensor(value, dtype=dtype)
+        assert isinstance(direct, FakeTensor)
+        assert metadata(direct) == metadata(dispatched)
+        assert direct.item() == dispatched.item() == value
+    assert torch.equal(direct.constant, dispatched.constant)
+    assert direct.constant.untyped_storage()._cdata != real.untyped_storage()._cdata  # a copy
+
+
+def test_a_lifted_constant_follows_writes_as_the_fake_modes_does():
+    real = torch.tensor(0.0)
+    with FakeTensorMode():
+        direct = lifted_constant(aten.lift_fresh.default, (real,), {})
+        dispatched = torch.tensor(0.0)
+        written = []
+        for step in (direct, dispatched):
+            before = step
+            step += 1
+            step.mul_(3)
+            written.append(step is before)  # a write returns the tensor written into
+        assert written == [True, True]
+        assert direct.item() == dispatched.item() == 3.0
+        # A write whose value the fake mode cannot know ends the constant, for both alike.
+        direct.add_(torch.rand(()))
+        dispatched.add_(torch.rand(()))
+        assert direct.constant is None and dispatched.constant is None
+    assert real.item() == 0.0  # the lifted tensor itself is never written
+
+
+@pytest.mark.parametrize(
+    "case", ["several elements", "requires grad", "fake input", "keyword", "no fake mode"]
+)
+def test_what_is_left_to_the_fake_mode(case):
+    args, kwargs = (torch.tensor(1.0),), {}
+    if case == "several elements":
+        args = (torch.tensor([1.0, 2.0]),)
+    elif case == "requires grad":
+        args = (torch.tensor(1.0, requires_grad=True),)
+    elif case == "keyword":
+        kwargs = {"out": None}
+    if case == "no fake mode":
+        assert lifted_constant(aten.lift_fresh.default, args, kwargs) is None
+        return
+    with FakeTensorMode():
+        if case == "fake input":
+            args = (torch.empty(()),)
+        assert lifted_constant(aten.lift_fresh.default, args, kwargs) is None
+        assert lifted_constant(aten.lift_fresh_copy.default, (torch.tensor(1.0),), {}) is None
+
+
+def _counted(made: list[bool], output):
+    made.append(output is not None)  # not the tensor: a reference would keep it alive
+    return output
+
+
+def _adam_trace(monkeypatch, *, direct: bool):
+    made = []
+    if direct:
+        monkeypatch.setattr(
+            fake_trace,
+            "lifted_constant",
+            lambda *a: _counted(made, lifted_constant(*a)),
+        )
+    else:
+        monkeypatch.setattr(fake_trace, "lifted_constant", lambda *_: None)
+    torch.manual_seed(0)
+    setup = RunSetup(precision="16-mixed", device=None)
+    fake_mode = FakeTensorMode()
+    with fake_mode:
+        module = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+        module.training_step = lambda batch, _: module(batch).square().mean()
+        optimizer = torch.optim.AdamW(module.parameters(), foreach=False, weight_decay=0.1)
+        batch = torch.empty(8, 16)
+    with cuda_semantics(setup) as (semantics, _), fake_mode:
+        recorder = FakeStepRecorder(scalar_stand_in=8, round_to_device=True, keep_timeline=True)
+        trace = trace_training(module, optimizer, batch, recorder, semantics)
+    return trace, made
+
+
+def test_lifting_constants_directly_leaves_the_traced_step_unchanged(monkeypatch):
+    direct, made = _adam_trace(monkeypatch, direct=True)
+    monkeypatch.undo()
+    dispatched, _ = _adam_trace(monkeypatch, direct=False)
+    assert sum(made) == 4  # a step counter per parameter
+    assert direct.timeline == dispatched.timeline
+    assert direct.events == dispatched.events
+    assert (direct.peak_bytes, direct.peak_at) == (dispatched.peak_bytes, dispatched.peak_at)
