@@ -43,6 +43,7 @@ from torch.utils._pytree import tree_flatten
 
 from vramkit.core.planner.attention_rules import CudaAttention
 from vramkit.core.planner.autocast_rules import CudaAutocast
+from vramkit.core.planner.convolution_outputs import convolution_output
 from vramkit.core.planner.cuda_rules import (
     GRAD_SCALER_INIT_SCALE,
     autocast_dtype,
@@ -332,6 +333,8 @@ class FakeStepRecorder(StorageRecorder):
             fresh = elementwise_output(func, args, kwargs)
         if fresh is None:
             fresh = lifted_constant(func, args, kwargs)
+        if fresh is None:
+            fresh = convolution_output(func, args, kwargs)
         if fresh is not None:
             return fresh
         if func is _ITEM and type(args[0]) is FakeTensor and args[0].constant is not None:
