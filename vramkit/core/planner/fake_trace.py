@@ -63,6 +63,7 @@ from vramkit.core.planner.op_rules import (
     convolution_workspace_bytes,
 )
 from vramkit.core.planner.optimizer_layouts import ZeroStage2Layout, host_state_tensors
+from vramkit.core.planner.output_memo import OutputMemo
 from vramkit.core.planner.peak_holders import Holder
 from vramkit.core.planner.recorder import (
     GRADIENTS,
@@ -219,6 +220,9 @@ class FakeStepRecorder(StorageRecorder):
     `peak_with_workspaces`, see `charge_workspace`), and the step counters a `foreach` /
     for-loop Adam(W) keeps on the host (`optimizer_layouts.host_state_tensors`) leave device
     memory after every optimizer step.
+
+    Ops the fake mode would answer are remade from `output_memo` when met before (pass one memo
+    to every trace of a plan: the same layers recur across traces).
     """
 
     def __init__(
@@ -228,6 +232,7 @@ class FakeStepRecorder(StorageRecorder):
         round_to_device: bool,
         keep_timeline: bool,
         cuda_run: bool | None = None,
+        output_memo: OutputMemo | None = None,
     ) -> None:
         super().__init__(
             round_bytes=round_allocation if round_to_device else (lambda n: n),
@@ -235,6 +240,7 @@ class FakeStepRecorder(StorageRecorder):
         )
         self.scalar_stand_in = scalar_stand_in
         self.cuda_run = round_to_device if cuda_run is None else cuda_run
+        self.output_memo = OutputMemo() if output_memo is None else output_memo
         self._optimizer_hook: Any = None
         # Scalars drawn at random, or computed from such draws: id → weak reference.
         self._random_scalars: dict[int, weakref.ref] = {}
@@ -347,7 +353,7 @@ class FakeStepRecorder(StorageRecorder):
         if out is not FALL_BACK:
             return out
         try:
-            return func(*args, **kwargs)
+            return self.output_memo.run(func, args, kwargs, lambda: func(*args, **kwargs))
         except DataDependentOutputException:
             if func is not _ITEM:
                 raise

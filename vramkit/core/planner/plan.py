@@ -34,6 +34,7 @@ from vramkit.core.planner.fake_trace import (
     trace_validation,
 )
 from vramkit.core.planner.optimizer_layouts import ZERO2, ZERO2_OFFLOAD
+from vramkit.core.planner.output_memo import OutputMemo
 from vramkit.core.planner.peak_holders import Holder
 from vramkit.core.planner.recorder import (
     ACTIVATIONS,
@@ -171,6 +172,7 @@ class MemoryPlanner:
     traces: int = 0
     """How many phase traces ran (a cached measurement does not count)."""
     _subjects: dict[tuple, _Subject] = field(default_factory=dict, repr=False)
+    _output_memo: OutputMemo = field(default_factory=OutputMemo, repr=False)
     _measured: dict[tuple, PhasePlan] = field(default_factory=dict, repr=False)
 
     def _subject(self, setup: RunSetup) -> _Subject:
@@ -254,6 +256,7 @@ class MemoryPlanner:
                 scalar_stand_in=_scalar_stand_in(batch),
                 round_to_device=setup.device is not None,
                 keep_timeline=False,
+                output_memo=self._output_memo,
             )
             if phase == TRAIN:
                 trace = trace_training(
