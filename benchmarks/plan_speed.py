@@ -152,6 +152,22 @@ ROUNDS = [
         "_foreach_sqrt made directly, albumentations' update check off, and a plan leaves the "
         "synthetic files' checksums to the run.",
     ),
+    side_by_side(
+        "aead69c",
+        "1d9290b",
+        {
+            "default": {
+                "before": [10.92, 11.54, 12.18, 10.9, 10.76, 9.93],
+                "after": [10.1, 10.4, 11.82, 10.3, 9.96, 10.88],
+            },
+            "phi": {"before": [43.84, 41.3, 45.19], "after": [35.66, 36.02, 34.2]},
+        },
+        "/usr/bin/time user + sys, clones of the two commits (bytecode compiled in both) run "
+        "alternately, each round Phi-1.5 once and the default twice, 3 rounds, load 1.0-1.7; "
+        "printed plans byte-identical for six plan commands. 1d9290b: elementwise arithmetic "
+        "without broadcasting, torch.tensor constants and 2-D convolutions skip the fake "
+        "dispatch, and one output memo per plan remakes fresh outputs met before.",
+    ),
 ]
 """The later rounds of speed work (issue #10 item 6), each measured side by side with the
 commit before it (``BEFORE`` is the first round's starting point)."""
