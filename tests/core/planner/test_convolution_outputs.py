@@ -7,13 +7,12 @@ import itertools
 import pytest
 import torch
 from fake_metadata import metadata
+from fake_traces import assert_same_trace, counting, traced_steps
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vramkit.core.planner import fake_trace
 from vramkit.core.planner.convolution_outputs import convolution_output
-from vramkit.core.planner.fake_trace import FakeStepRecorder, cuda_semantics, trace_training
-from vramkit.core.planner.run_setup import RunSetup
 
 aten = torch.ops.aten
 
@@ -129,40 +128,21 @@ class _Block(nn.Module):
         self.up = nn.ConvTranspose2d(8, 4, 2, stride=2, bias=False)
 
     def forward(self, x):
-        return self.up(self.down(x).relu()).square().mean()
+        return self.up(self.down(x).relu())
 
 
-def _counted(made: list[bool], output):
-    made.append(output is not None)  # not the tensors: a reference would keep them alive
-    return output
-
-
-def _block_trace(monkeypatch, *, direct: bool):
-    made = []
-    if direct:
-        monkeypatch.setattr(
-            fake_trace, "convolution_output", lambda *a: _counted(made, convolution_output(*a))
-        )
-    else:
-        monkeypatch.setattr(fake_trace, "convolution_output", lambda *_: None)
-    setup = RunSetup(precision="16-mixed", device=None)
-    fake_mode = FakeTensorMode()
-    with fake_mode:
-        module = _Block()
-        module.training_step = lambda batch, _: module(batch)
-        optimizer = torch.optim.AdamW(module.parameters(), foreach=True)
-        batch = torch.empty(2, 3, 16, 16).contiguous(memory_format=torch.channels_last)
-    with cuda_semantics(setup) as (semantics, _), fake_mode:
-        recorder = FakeStepRecorder(scalar_stand_in=8, round_to_device=True, keep_timeline=True)
-        trace = trace_training(module, optimizer, batch, recorder, semantics)
-    return trace, made
+def _block_trace(monkeypatch, made, *, direct: bool):
+    rule = counting(made, convolution_output) if direct else (lambda *_: None)
+    monkeypatch.setattr(fake_trace, "convolution_output", rule)
+    trace, _ = traced_steps(
+        _Block, lambda: torch.empty(2, 3, 16, 16).contiguous(memory_format=torch.channels_last)
+    )
+    return trace
 
 
 def test_direct_convolutions_leave_the_traced_step_unchanged(monkeypatch):
-    direct, made = _block_trace(monkeypatch, direct=True)
+    made = []
+    direct = _block_trace(monkeypatch, made, direct=True)
     monkeypatch.undo()
-    dispatched, _ = _block_trace(monkeypatch, direct=False)
     assert sum(made) == 8  # two convolutions, forward and backward, in each of two steps
-    assert direct.timeline == dispatched.timeline
-    assert direct.events == dispatched.events
-    assert (direct.peak_bytes, direct.peak_at) == (dispatched.peak_bytes, dispatched.peak_at)
+    assert_same_trace(direct, _block_trace(monkeypatch, [], direct=False))

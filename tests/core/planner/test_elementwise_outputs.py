@@ -7,13 +7,12 @@ import itertools
 import pytest
 import torch
 from fake_metadata import metadata
+from fake_traces import assert_same_trace, counting, traced_steps
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from vramkit.core.planner import fake_trace
 from vramkit.core.planner.elementwise_outputs import elementwise_output
-from vramkit.core.planner.fake_trace import FakeStepRecorder, cuda_semantics, trace_training
-from vramkit.core.planner.run_setup import RunSetup
 
 aten = torch.ops.aten
 
@@ -150,43 +149,21 @@ class _Residual(nn.Module):
 
     def forward(self, x):
         y = x + self.conv(x)
-        return (torch.sigmoid(y) * y - 0.5 * y).mean()
+        return torch.sigmoid(y) * y - 0.5 * y
 
 
-def _counted(made: list[bool], output):
-    made.append(output is not None)  # not the tensor: a reference would keep it alive
-    return output
-
-
-def _residual_trace(monkeypatch, *, direct: bool):
-    made = []
-    if direct:
-        monkeypatch.setattr(
-            fake_trace,
-            "elementwise_output",
-            lambda *a: _counted(made, elementwise_output(*a)),
-        )
-    else:
-        monkeypatch.setattr(fake_trace, "elementwise_output", lambda *_: None)
-    torch.manual_seed(0)
-    setup = RunSetup(precision="16-mixed", device=None)
-    fake_mode = FakeTensorMode()
-    with fake_mode:
-        module = _Residual()
-        module.training_step = lambda batch, _: module(batch)
-        optimizer = torch.optim.AdamW(module.parameters(), foreach=True)
-        batch = torch.empty(2, 4, 8, 8).contiguous(memory_format=torch.channels_last)
-    with cuda_semantics(setup) as (semantics, _), fake_mode:
-        recorder = FakeStepRecorder(scalar_stand_in=8, round_to_device=True, keep_timeline=True)
-        trace = trace_training(module, optimizer, batch, recorder, semantics)
-    return trace, made
+def _residual_trace(monkeypatch, made, *, direct: bool):
+    rule = counting(made, elementwise_output) if direct else (lambda *_: None)
+    monkeypatch.setattr(fake_trace, "elementwise_output", rule)
+    trace, _ = traced_steps(
+        _Residual, lambda: torch.empty(2, 4, 8, 8).contiguous(memory_format=torch.channels_last)
+    )
+    return trace
 
 
 def test_direct_elementwise_outputs_leave_the_traced_step_unchanged(monkeypatch):
-    direct, made = _residual_trace(monkeypatch, direct=True)
+    made = []
+    direct = _residual_trace(monkeypatch, made, direct=True)
     monkeypatch.undo()
-    dispatched, _ = _residual_trace(monkeypatch, direct=False)
     assert sum(made) >= 6  # forward and backward
-    assert direct.timeline == dispatched.timeline
-    assert direct.events == dispatched.events
-    assert (direct.peak_bytes, direct.peak_at) == (dispatched.peak_bytes, dispatched.peak_at)
+    assert_same_trace(direct, _residual_trace(monkeypatch, [], direct=False))

@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 from fake_metadata import metadata
+from fake_traces import assert_same_trace, counting, traced_steps
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from vramkit.core.planner import fake_trace
 from vramkit.core.planner.fake_constants import lifted_constant
-from vramkit.core.planner.fake_trace import FakeStepRecorder, cuda_semantics, trace_training
-from vramkit.core.planner.run_setup import RunSetup
 
 aten = torch.ops.aten
 
@@ -72,40 +71,20 @@ def test_what_is_left_to_the_fake_mode(case):
         assert lifted_constant(aten.lift_fresh_copy.default, (torch.tensor(1.0),), {}) is None
 
 
-def _counted(made: list[bool], output):
-    made.append(output is not None)  # not the tensor: a reference would keep it alive
-    return output
-
-
-def _adam_trace(monkeypatch, *, direct: bool):
-    made = []
-    if direct:
-        monkeypatch.setattr(
-            fake_trace,
-            "lifted_constant",
-            lambda *a: _counted(made, lifted_constant(*a)),
-        )
-    else:
-        monkeypatch.setattr(fake_trace, "lifted_constant", lambda *_: None)
-    torch.manual_seed(0)
-    setup = RunSetup(precision="16-mixed", device=None)
-    fake_mode = FakeTensorMode()
-    with fake_mode:
-        module = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-        module.training_step = lambda batch, _: module(batch).square().mean()
-        optimizer = torch.optim.AdamW(module.parameters(), foreach=False, weight_decay=0.1)
-        batch = torch.empty(8, 16)
-    with cuda_semantics(setup) as (semantics, _), fake_mode:
-        recorder = FakeStepRecorder(scalar_stand_in=8, round_to_device=True, keep_timeline=True)
-        trace = trace_training(module, optimizer, batch, recorder, semantics)
-    return trace, made
+def _adam_trace(monkeypatch, made, *, direct: bool):
+    rule = counting(made, lifted_constant) if direct else (lambda *_: None)
+    monkeypatch.setattr(fake_trace, "lifted_constant", rule)
+    trace, _ = traced_steps(
+        lambda: nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)),
+        lambda: torch.empty(8, 16),
+        foreach=False,
+    )
+    return trace
 
 
 def test_lifting_constants_directly_leaves_the_traced_step_unchanged(monkeypatch):
-    direct, made = _adam_trace(monkeypatch, direct=True)
+    made = []
+    direct = _adam_trace(monkeypatch, made, direct=True)
     monkeypatch.undo()
-    dispatched, _ = _adam_trace(monkeypatch, direct=False)
     assert sum(made) == 4  # a step counter per parameter
-    assert direct.timeline == dispatched.timeline
-    assert direct.events == dispatched.events
-    assert (direct.peak_bytes, direct.peak_at) == (dispatched.peak_bytes, dispatched.peak_at)
+    assert_same_trace(direct, _adam_trace(monkeypatch, [], direct=False))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fake_traces import assert_same_trace, traced_steps
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vramkit.core.planner import fake_trace
-from vramkit.core.planner.fake_trace import FakeStepRecorder, cuda_semantics, trace_training
+from vramkit.core.planner.fake_trace import FakeStepRecorder
 from vramkit.core.planner.in_place_writes import writes_values_only
-from vramkit.core.planner.run_setup import RunSetup
 
 aten = torch.ops.aten
 
@@ -79,17 +79,10 @@ def test_a_real_tensor_is_written_for_real():
 def _adam_trace(monkeypatch, *, skip: bool):
     if not skip:
         monkeypatch.setattr(fake_trace, "writes_values_only", lambda *_: False)
-    torch.manual_seed(0)
-    setup = RunSetup(precision="16-mixed", device=None)
-    fake_mode = FakeTensorMode()
-    with fake_mode:
-        module = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-        module.training_step = lambda batch, _: module(batch).square().mean()
-        optimizer = torch.optim.AdamW(module.parameters(), foreach=True, weight_decay=0.1)
-        batch = torch.empty(8, 16)
-    with cuda_semantics(setup) as (semantics, _), fake_mode:
-        recorder = FakeStepRecorder(scalar_stand_in=8, round_to_device=True, keep_timeline=True)
-        trace = trace_training(module, optimizer, batch, recorder, semantics)
+    trace, recorder = traced_steps(
+        lambda: nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)),
+        lambda: torch.empty(8, 16),
+    )
     return trace, recorder.op_names
 
 
@@ -97,9 +90,7 @@ def test_skipping_value_writes_leaves_the_traced_step_unchanged(monkeypatch):
     skipped, skipped_ops = _adam_trace(monkeypatch, skip=True)
     monkeypatch.undo()
     ran, ran_ops = _adam_trace(monkeypatch, skip=False)
-    assert skipped.timeline == ran.timeline
-    assert skipped.events == ran.events
-    assert (skipped.peak_bytes, skipped.peak_at) == (ran.peak_bytes, ran.peak_at)
+    assert_same_trace(skipped, ran)
     assert skipped_ops == ran_ops and "_foreach_addcdiv_.ScalarList" in ran_ops
 
 

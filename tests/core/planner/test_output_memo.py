@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from fake_metadata import metadata
+from fake_traces import assert_same_trace, traced_steps
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from vramkit.core.planner.fake_trace import FakeStepRecorder, cuda_semantics, trace_training
 from vramkit.core.planner.output_memo import OutputMemo
-from vramkit.core.planner.run_setup import RunSetup
 
 aten = torch.ops.aten
 
@@ -144,21 +143,16 @@ class _Layer(nn.Module):
 def _two_traces(monkeypatch, *, remember: bool):
     if not remember:
         monkeypatch.setattr(OutputMemo, "run", lambda self, f, a, k, dispatch: dispatch())
-    memo, traces = OutputMemo(), []
-    for _ in range(2):
-        torch.manual_seed(0)
-        setup = RunSetup(precision="bf16-mixed", device=None)
-        fake_mode = FakeTensorMode()
-        with fake_mode:
-            module = nn.Sequential(_Layer(), _Layer())
-            module.training_step = lambda batch, _, module=module: module(batch).square().mean()
-            optimizer = torch.optim.AdamW(module.parameters(), foreach=True)
-            batch = torch.empty(2, 12, 16)
-        with cuda_semantics(setup) as (semantics, _), fake_mode:
-            recorder = FakeStepRecorder(
-                scalar_stand_in=8, round_to_device=True, keep_timeline=True, output_memo=memo
-            )
-            traces.append(trace_training(module, optimizer, batch, recorder, semantics))
+    memo = OutputMemo()
+    traces = [
+        traced_steps(
+            lambda: nn.Sequential(_Layer(), _Layer()),
+            lambda: torch.empty(2, 12, 16),
+            precision="bf16-mixed",
+            output_memo=memo,
+        )[0]
+        for _ in range(2)
+    ]
     return traces, memo.hits
 
 
@@ -168,6 +162,4 @@ def test_remembered_outputs_leave_the_traces_unchanged(monkeypatch):
     dispatched, _ = _two_traces(monkeypatch, remember=False)
     assert hits > 100  # the second layer, the second step and the second trace
     for direct, reference in zip(remembered, dispatched, strict=True):
-        assert direct.timeline == reference.timeline
-        assert direct.events == reference.events
-        assert (direct.peak_bytes, direct.peak_at) == (reference.peak_bytes, reference.peak_at)
+        assert_same_trace(direct, reference)
