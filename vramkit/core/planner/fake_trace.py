@@ -339,8 +339,6 @@ class FakeStepRecorder(StorageRecorder):
             fresh = elementwise_output(func, args, kwargs)
         if fresh is None:
             fresh = lifted_constant(func, args, kwargs)
-        if fresh is None:
-            fresh = convolution_output(func, args, kwargs)
         if fresh is not None:
             return fresh
         if func is _ITEM and type(args[0]) is FakeTensor and args[0].constant is not None:
@@ -353,7 +351,7 @@ class FakeStepRecorder(StorageRecorder):
         if out is not FALL_BACK:
             return out
         try:
-            return self.output_memo.run(func, args, kwargs, lambda: func(*args, **kwargs))
+            return self.output_memo.run(func, args, kwargs, lambda: _dispatched(func, args, kwargs))
         except DataDependentOutputException:
             if func is not _ITEM:
                 raise
@@ -379,6 +377,13 @@ class FakeStepRecorder(StorageRecorder):
             f"aten.{func.__name__} has an output size that depends on tensor values, which the "
             "planner cannot know without data"
         )
+
+
+def _dispatched(func: Any, args: tuple, kwargs: dict) -> Any:
+    """The fake mode's outputs: from its own steps for a 2-D convolution, taken directly
+    (`convolution_output`), else from its dispatch."""
+    out = convolution_output(func, args, kwargs)
+    return func(*args, **kwargs) if out is None else out
 
 
 class HostTransfers(TorchFunctionMode):
