@@ -26,10 +26,10 @@ from vramkit.core.planner.fresh_outputs import on_fake_cpu
 
 aten = torch.ops.aten
 
-_FORWARD_ARGS = (
-    9  # input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
-)
-_BACKWARD_ARGS = 11  # grad_output, input, weight, bias_sizes, ... groups, output_mask
+_FORWARD_ARGS = 9
+"""input, weight, bias, stride, padding, dilation, transposed, output_padding, groups"""
+_BACKWARD_ARGS = 11
+"""grad_output, input, weight, bias_sizes, the six settings above, output_mask"""
 
 
 def convolution_output(func: Any, args: tuple, kwargs: dict) -> Any:

@@ -19,8 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._mode_utils import no_dispatch
+
+from vramkit.core.planner.fresh_outputs import new_fake
 
 _LIFTS = {torch.ops.aten.lift_fresh.default}
 
@@ -47,11 +49,9 @@ def lifted_constant(func: Any, args: tuple, kwargs: dict) -> FakeTensor | None:
         return None
     with no_dispatch():
         constant = real.clone()
-    with in_kernel_invocation_manager(mode):
-        meta = torch.empty_strided(
-            constant.shape, constant.stride(), dtype=constant.dtype, device="meta"
-        )
-    fake = FakeTensor(mode, meta, constant.device, constant=constant)
+    fake = new_fake(
+        mode, constant.device, constant.shape, constant.stride(), constant.dtype, constant=constant
+    )
     converter = mode.fake_tensor_converter
     # An in-place write to a constant runs on the copy, and the converter finds the copy's fake
     # by this memo: the write returns the same fake tensor, as `x += 1` must.

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
 
 aten = torch.ops.aten
 
@@ -65,14 +65,27 @@ def fresh_layout(tensor: torch.Tensor) -> tuple[int, ...] | None:
     return None
 
 
+def new_fake(
+    mode: FakeTensorMode,
+    device: torch.device,
+    shape: Sequence[int],
+    strides: Sequence[int],
+    dtype: torch.dtype,
+    *,
+    constant: torch.Tensor | None = None,
+) -> FakeTensor:
+    """A fresh fake tensor of `mode` on `device`: a meta tensor of that layout, wrapped as the
+    fake mode wraps a cached op's outputs (`FakeTensorMode._output_from_cache_entry`)."""
+    with in_kernel_invocation_manager(mode):
+        meta = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+    return FakeTensor(mode, meta, device, constant=constant)
+
+
 def fresh_fake(
     like: FakeTensor, shape: Sequence[int], strides: Sequence[int], dtype: torch.dtype
 ) -> FakeTensor:
-    """A fresh fake tensor beside `like`: a meta tensor wrapped for `like`'s mode and device."""
-    mode = like.fake_mode
-    with in_kernel_invocation_manager(mode):
-        meta = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
-    return FakeTensor(mode, meta, like.device)
+    """A fresh fake tensor beside `like`, on its mode and device."""
+    return new_fake(like.fake_mode, like.device, shape, strides, dtype)
 
 
 def on_fake_cpu(*tensors: torch.Tensor | None) -> bool:

@@ -26,10 +26,21 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-_PLAIN_VALUES = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout)
-_PLAIN_VALUES += (torch.memory_format,)
+from vramkit.core.planner.fresh_outputs import new_fake, on_fake_cpu
+
+_PLAIN_VALUES = (
+    int,
+    float,
+    bool,
+    str,
+    type(None),
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+)
 _NEVER = object()
 """The memo's mark for an op whose outputs it does not remember."""
 _UNSAFE_TAGS = (
@@ -47,17 +58,11 @@ def _rememberable(func: Any) -> bool:
         and not func._schema.is_mutable
         and not func.is_view
         and not any(tag in func.tags for tag in _UNSAFE_TAGS)
-        and func is not torch.ops.aten.lift_fresh.default
     )
 
 
 def _tensor_key(tensor: torch.Tensor) -> tuple | None:
-    if (
-        type(tensor) is not FakeTensor
-        or tensor.constant is not None
-        or tensor.layout != torch.strided
-        or tensor.device.type != "cpu"
-    ):
+    if not on_fake_cpu(tensor) or tensor.layout != torch.strided:
         return None
     return (
         tensor.shape,
@@ -135,10 +140,11 @@ class OutputMemo:
         spec = self._outputs.get(key)
         if spec is _NEVER:
             return dispatch()
-        mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
-        if spec is not None and mode is not None:
-            self.hits += 1
-            return _remade(spec, mode)
+        if spec is not None:
+            mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+            if mode is not None:
+                self.hits += 1
+                return _remade(spec, mode)
         out = dispatch()
         self._outputs[key] = _output_spec(out, args, kwargs)
         return out
@@ -181,16 +187,8 @@ def _output_spec(out: Any, args: tuple, kwargs: dict) -> tuple | object:
     return _NEVER
 
 
-def _remade(spec: tuple, mode: Any) -> Any:
+def _remade(spec: tuple, mode: FakeTensorMode) -> Any:
     several, outputs = spec
-    device = torch.device("cpu")
-    made = []
-    with in_kernel_invocation_manager(mode):
-        for output in outputs:
-            if output is None:
-                made.append(None)
-                continue
-            shape, strides, dtype = output
-            made.append(torch.empty_strided(shape, strides, dtype=dtype, device="meta"))
-    made = [None if meta is None else FakeTensor(mode, meta, device) for meta in made]
+    cpu = torch.device("cpu")
+    made = [None if output is None else new_fake(mode, cpu, *output) for output in outputs]
     return tuple(made) if several else made[0]
