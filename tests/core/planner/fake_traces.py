@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from vramkit.core.planner import fake_trace
 from vramkit.core.planner.fake_trace import (
     FakeStepRecorder,
     StepTrace,
@@ -51,7 +52,7 @@ def assert_same_trace(direct: StepTrace, dispatched: StepTrace) -> None:
     assert (direct.peak_bytes, direct.peak_at) == (dispatched.peak_bytes, dispatched.peak_at)
 
 
-def counting(made: list[bool], rule: Callable[..., Any]) -> Callable[..., Any]:
+def _counting(made: list[bool], rule: Callable[..., Any]) -> Callable[..., Any]:
     """`rule`, noting in `made` whether each call answered (not the answer: a reference would
     keep the tensors alive and change the trace)."""
 
@@ -61,3 +62,22 @@ def counting(made: list[bool], rule: Callable[..., Any]) -> Callable[..., Any]:
         return output
 
     return counted
+
+
+def traced_with_and_without(
+    monkeypatch: Any,
+    shortcut: str,
+    make_module: Callable[[], nn.Module],
+    make_batch: Callable[[], torch.Tensor],
+    **options: Any,
+) -> tuple[StepTrace, StepTrace, int]:
+    """`traced_steps` twice: with `fake_trace.<shortcut>` as it is, then with it answering
+    nothing (every op through the fake mode); and how many ops the shortcut answered."""
+    rule = getattr(fake_trace, shortcut)
+    made: list[bool] = []
+    monkeypatch.setattr(fake_trace, shortcut, _counting(made, rule))
+    direct, _ = traced_steps(make_module, make_batch, **options)
+    monkeypatch.setattr(fake_trace, shortcut, lambda *_: None)
+    dispatched, _ = traced_steps(make_module, make_batch, **options)
+    monkeypatch.setattr(fake_trace, shortcut, rule)
+    return direct, dispatched, sum(made)

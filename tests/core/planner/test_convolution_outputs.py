@@ -7,11 +7,10 @@ import itertools
 import pytest
 import torch
 from fake_metadata import metadata
-from fake_traces import assert_same_trace, counting, traced_steps
+from fake_traces import assert_same_trace, traced_with_and_without
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from vramkit.core.planner import fake_trace
 from vramkit.core.planner.convolution_outputs import convolution_output
 
 aten = torch.ops.aten
@@ -131,20 +130,14 @@ class _Block(nn.Module):
         return self.up(self.down(x).relu())
 
 
-def _block_trace(monkeypatch, made, *, direct: bool):
-    rule = counting(made, convolution_output) if direct else (lambda *_: None)
-    monkeypatch.setattr(fake_trace, "convolution_output", rule)
-    trace, _ = traced_steps(
-        _Block, lambda: torch.empty(2, 3, 16, 16).contiguous(memory_format=torch.channels_last)
-    )
-    return trace
-
-
 def test_direct_convolutions_leave_the_traced_step_unchanged(monkeypatch):
-    made = []
-    direct = _block_trace(monkeypatch, made, direct=True)
-    monkeypatch.undo()
+    direct, dispatched, made = traced_with_and_without(
+        monkeypatch,
+        "convolution_output",
+        _Block,
+        lambda: torch.empty(2, 3, 16, 16).contiguous(memory_format=torch.channels_last),
+    )
     # Two convolutions, forward and backward, in the first step; the second step's are the
     # output memo's.
-    assert sum(made) == 4
-    assert_same_trace(direct, _block_trace(monkeypatch, [], direct=False))
+    assert made == 4
+    assert_same_trace(direct, dispatched)

@@ -7,11 +7,10 @@ import itertools
 import pytest
 import torch
 from fake_metadata import metadata
-from fake_traces import assert_same_trace, counting, traced_steps
+from fake_traces import assert_same_trace, traced_with_and_without
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from vramkit.core.planner import fake_trace
 from vramkit.core.planner.elementwise_outputs import elementwise_output
 
 aten = torch.ops.aten
@@ -152,18 +151,12 @@ class _Residual(nn.Module):
         return torch.sigmoid(y) * y - 0.5 * y
 
 
-def _residual_trace(monkeypatch, made, *, direct: bool):
-    rule = counting(made, elementwise_output) if direct else (lambda *_: None)
-    monkeypatch.setattr(fake_trace, "elementwise_output", rule)
-    trace, _ = traced_steps(
-        _Residual, lambda: torch.empty(2, 4, 8, 8).contiguous(memory_format=torch.channels_last)
-    )
-    return trace
-
-
 def test_direct_elementwise_outputs_leave_the_traced_step_unchanged(monkeypatch):
-    made = []
-    direct = _residual_trace(monkeypatch, made, direct=True)
-    monkeypatch.undo()
-    assert sum(made) >= 6  # forward and backward
-    assert_same_trace(direct, _residual_trace(monkeypatch, [], direct=False))
+    direct, dispatched, made = traced_with_and_without(
+        monkeypatch,
+        "elementwise_output",
+        _Residual,
+        lambda: torch.empty(2, 4, 8, 8).contiguous(memory_format=torch.channels_last),
+    )
+    assert made >= 6  # forward and backward
+    assert_same_trace(direct, dispatched)

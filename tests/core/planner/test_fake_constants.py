@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from fake_metadata import metadata
-from fake_traces import assert_same_trace, counting, traced_steps
+from fake_traces import assert_same_trace, traced_with_and_without
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from vramkit.core.planner import fake_trace
 from vramkit.core.planner.fake_constants import lifted_constant
 
 aten = torch.ops.aten
@@ -71,20 +70,13 @@ def test_what_is_left_to_the_fake_mode(case):
         assert lifted_constant(aten.lift_fresh_copy.default, (torch.tensor(1.0),), {}) is None
 
 
-def _adam_trace(monkeypatch, made, *, direct: bool):
-    rule = counting(made, lifted_constant) if direct else (lambda *_: None)
-    monkeypatch.setattr(fake_trace, "lifted_constant", rule)
-    trace, _ = traced_steps(
+def test_lifting_constants_directly_leaves_the_traced_step_unchanged(monkeypatch):
+    direct, dispatched, made = traced_with_and_without(
+        monkeypatch,
+        "lifted_constant",
         lambda: nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)),
         lambda: torch.empty(8, 16),
         foreach=False,
     )
-    return trace
-
-
-def test_lifting_constants_directly_leaves_the_traced_step_unchanged(monkeypatch):
-    made = []
-    direct = _adam_trace(monkeypatch, made, direct=True)
-    monkeypatch.undo()
-    assert sum(made) == 4  # a step counter per parameter
-    assert_same_trace(direct, _adam_trace(monkeypatch, [], direct=False))
+    assert made == 4  # a step counter per parameter
+    assert_same_trace(direct, dispatched)
