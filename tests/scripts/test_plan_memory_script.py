@@ -66,7 +66,7 @@ def test_a_profile_typo_is_an_error_naming_the_key(plan_memory, capsys):
 
 
 def test_a_users_own_module_and_datamodule_are_planned(plan_memory, monkeypatch, capsys):
-    # The README's recipe: drop the task's model and data, name your own classes, and let the
+    # docs/planner.md's recipe: drop the task's model and data, name your own classes, and let the
     # datamodule read the planned batch sizes through ${resolved_hw:…}.
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "core" / "planner"))
     status = plan_memory.main(

@@ -14,7 +14,7 @@ from vramkit.core.planner.sharding import DDP, Sharding
 from vramkit.core.run.compose import CONF_DIR, compose_config
 from vramkit.core.run.resolvers import register_resolvers
 
-# The README's worked example: Phi-1.5 as a classifier on a 16 GB laptop GPU.
+# docs/planner.md's worked example: Phi-1.5 as a classifier on a 16 GB laptop GPU.
 EXAMPLE = ["+hw=rtx4090_laptop", "task=text_classification", "model=phi15", "hw.batch_size=8"]
 
 

@@ -12,7 +12,7 @@ tensors) and applies these rules so that the numbers are the ones a CUDA run wou
 - optimizers default to their multi-tensor (`foreach`) implementation on CUDA, which
   allocates a parameter-sized temporary list during AdamW's step.
 
-The allowances are stated constants (README.md "Hardware facts behind the profiles", with
+The allowances are stated constants (docs/hardware.md "Hardware facts behind the profiles", with
 their sources), not measurements of this run.
 """
 
@@ -35,7 +35,7 @@ RESERVE_FLOOR_FACTOR = 1.12
 """The least reserved / allocated the plan assumes at a peak (workspaces included). The allocator
 replay of the two traced steps is often lower (BERT-large at batch 4 on a V100: 1.1 GiB below
 what NVML showed over a whole run, whose steps keep fragmenting the cache); measured ratios run
-1.00-1.20 (README "Hardware facts"), and a plan that reads low is the one that crashes."""
+1.00-1.20 (docs/hardware.md "Hardware facts"), and a plan that reads low is the one that crashes."""
 
 CUDA_CONTEXT_GIB = 0.60
 """CUDA context, loaded kernels and library handles outside the caching allocator, with lazy
