@@ -129,3 +129,22 @@ def test_a_checkpoint_stands_for_its_run_folder(tmp_path, pick):
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / pick).write_bytes(b"")
     assert load_run(run / "checkpoints" / pick) == load_run(run)
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "says"),
+    [
+        ("resolved_config.yaml", "a: [1, 2\n  b: :\n", "not readable YAML"),
+        ("resolved_config.yaml", "- 1\n- 2\n", "not a config"),
+        ("run_environment.json", '{"code', "not readable JSON"),
+    ],
+)
+def test_a_corrupt_run_record_is_an_error_not_a_difference(tmp_path, capsys, file, text, says):
+    # exit 1 means "training differs": a file that cannot be read must not say that
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "resolved_config.yaml").write_text("seed: 1\n")
+    (run / file).write_text(text)
+    assert compare_runs.main([str(run), str(run)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and file in err and len(err.strip().splitlines()) == 1

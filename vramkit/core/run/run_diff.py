@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 
 from vramkit.core.run.run_folder import RUN_CONFIG as CONFIG_NAME
@@ -154,10 +155,26 @@ def load_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     config_path = folder / CONFIG_NAME
     if not config_path.is_file():
         raise FileNotFoundError(f"{path}: no {CONFIG_NAME} (not a vramkit run folder)")
-    config = OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)
+    try:
+        config = OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{config_path}: not readable YAML ({_first_line(error)})") from None
+    if not isinstance(config, Mapping):
+        raise ValueError(f"{config_path}: not a config (a {type(config).__name__}, not a mapping)")
     record_path = folder / RECORD_NAME
-    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    try:
+        record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{record_path}: not readable JSON ({error})") from None
     return flatten(config), record
+
+
+def _first_line(error: yaml.YAMLError) -> str:
+    # PyYAML's message spans lines (problem, then the marks); its first mark says where.
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    return f"{problem}{where}"
 
 
 def _run_folder_of(checkpoint: Path) -> Path:
