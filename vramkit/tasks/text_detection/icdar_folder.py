@@ -11,7 +11,9 @@ Bad input never stops a non-strict run and is never silent:
 - an image without a ground-truth file is left out with a warning (``missing_gt``);
 - a ground-truth file without an image is reported (``orphan_gt``);
 - an image that cannot be decoded gives ``None`` from ``__getitem__`` with a warning naming it;
-  :func:`collate_text_detection` drops it and counts it in the batch's ``skipped``.
+  :func:`collate_text_detection` drops it and counts it in the batch's ``skipped``;
+- an image with an EXIF orientation tag is read as stored, pixels and ground truth alike, with a
+  warning naming it (``exif_orientation_ignored``; see :data:`DECODE_FLAGS`).
 
 With ``strict=True`` the first of these raises: :class:`DataError` (naming the file) or
 :class:`~vramkit.tasks.text_detection.icdar_format.AnnotationError` (naming file:line).
@@ -30,6 +32,7 @@ import hashlib
 import importlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,25 @@ from vramkit.tasks.text_detection.icdar_format import read_ground_truth
 from vramkit.tasks.text_detection.targets import make_targets
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
+# Pixels are decoded as stored, whatever an EXIF orientation tag says. OpenCV's IMREAD_COLOR
+# alone turns them by the tag (https://docs.opencv.org/4.x/d8/d6a/group__imgcodecs__flags.html),
+# while an ICDAR 2015 ground-truth line is bare pixel corners (https://rrc.cvc.uab.es/?ch=4&com=tasks)
+# that the RRC evaluation compares with detections without opening any image: the official images
+# carry no tag (none of the toy set's seven does), so their corners are stored-grid px. Annotation
+# tools disagree on the tag (VoTT writes stored px, microsoft/VoTT#840; browsers show it applied),
+# so a tagged file is read as stored, like its ground truth, and named in a warning.
+DECODE_FLAGS = cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION
+EXIF_ORIENTATION_TAG = 0x0112
+# What a reader honouring the tag would do to the stored pixels (EXIF 2.32, tag 0x0112).
+EXIF_ORIENTATIONS = {
+    2: "mirror left-right",
+    3: "rotate 180°",
+    4: "mirror top-bottom",
+    5: "mirror along the main diagonal",
+    6: "rotate 90° clockwise",
+    7: "mirror along the anti-diagonal",
+    8: "rotate 90° counter-clockwise",
+}
 # Bump when cached validation samples must be recomputed although no source file below changed.
 VAL_CACHE_VERSION = 1
 # The code that computes a cached sample; a change to any of these files changes every key.
@@ -92,15 +114,29 @@ def _compact(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     }
 
 
-def image_size(path: Path) -> tuple[int, int] | None:
-    """(height, width) in px from the image file's header, or None when it cannot be read (the
+@dataclass(frozen=True)
+class ImageHeader:
+    """What an image file's header says: the stored size and its EXIF orientation tag."""
+
+    height: int
+    """Stored rows (px), as :data:`DECODE_FLAGS` decodes them."""
+    width: int
+    """Stored columns (px)."""
+    orientation: int
+    """EXIF orientation (1: as stored, also when the file has no tag; 2-8: see
+    :data:`EXIF_ORIENTATIONS`)."""
+
+
+def image_header(path: Path) -> ImageHeader | None:
+    """The image file's stored size and EXIF orientation, or None when it cannot be read (the
     image is then skipped, with its warning, when a loader reaches it)."""
     try:
         with Image.open(path) as image:
             width, height = image.size
-    except (OSError, ValueError, Image.DecompressionBombError):
+            orientation = image.getexif().get(EXIF_ORIENTATION_TAG, 1)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
         return None
-    return height, width
+    return ImageHeader(height, width, orientation if orientation in EXIF_ORIENTATIONS else 1)
 
 
 def _outside(polygon: np.ndarray, height: int, width: int) -> bool:
@@ -158,6 +194,7 @@ class TextDetectionDataset(Dataset):
         self.bad_lines = 0
         self.missing_gt = 0
         self.orphan_gt = 0
+        self.exif_orientation_ignored = 0  # images with an orientation tag, read as stored
         self.geometry: dict[str, int] = {}  # geometry_<kind>: annotations found and repaired
         self.image_paths: list[Path] = []
         self._gt_paths: list[Path] = []
@@ -212,7 +249,19 @@ class TextDetectionDataset(Dataset):
         for bad in annotation.bad_lines:
             self.bad_lines += 1
             warnings.warn(f"{bad}; line skipped", DataWarning, stacklevel=3)
-        checked = check_annotation(annotation, gt_path, image_size(image_path), strict=self.strict)
+        header = image_header(image_path)
+        if header is not None and header.orientation != 1:
+            self.exif_orientation_ignored += 1
+            warnings.warn(
+                f"{image_path}: EXIF orientation {header.orientation} "
+                f"({EXIF_ORIENTATIONS[header.orientation]}) ignored: the image and {gt_path.name} "
+                "are read in the stored pixel grid (the ICDAR convention); if the ground truth was "
+                "drawn on the turned view, store the pixels turned (e.g. `exiftran -ai`)",
+                DataWarning,
+                stacklevel=3,
+            )
+        size = None if header is None else (header.height, header.width)
+        checked = check_annotation(annotation, gt_path, size, strict=self.strict)
         for kind, finding in checked.findings:
             key = f"geometry_{kind}"
             self.geometry[key] = self.geometry.get(key, 0) + 1
@@ -233,12 +282,15 @@ class TextDetectionDataset(Dataset):
 
     def problems(self) -> dict[str, int]:
         """Counts of the input problems found at construction."""
-        return {
+        counts = {
             "bad_lines": self.bad_lines,
             "missing_gt": self.missing_gt,
             "orphan_gt": self.orphan_gt,
             **self.geometry,
         }
+        if self.exif_orientation_ignored:  # listed, like the geometry kinds, only when found
+            counts["exif_orientation_ignored"] = self.exif_orientation_ignored
+        return counts
 
     def __len__(self) -> int:
         return len(self.image_paths)
@@ -252,7 +304,7 @@ class TextDetectionDataset(Dataset):
 
     def _decode(self, path: Path, data: bytes) -> np.ndarray | None:
         try:
-            image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+            image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), DECODE_FLAGS)
         except cv2.error:
             image = None
         if image is None or image.size == 0:
