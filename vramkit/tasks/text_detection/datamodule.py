@@ -20,7 +20,11 @@ from vramkit.core.data.loaders import LoaderSettings, build_loader
 from vramkit.core.io.disk_cache import ValidationCacheSettings
 from vramkit.tasks.text_detection.augment import build_train_transform, build_val_transform
 from vramkit.tasks.text_detection.device_inputs import to_model_inputs
-from vramkit.tasks.text_detection.icdar_folder import TextDetectionDataset, collate_text_detection
+from vramkit.tasks.text_detection.icdar_folder import (
+    TextDetectionDataset,
+    collate_text_detection,
+    layout_problem,
+)
 from vramkit.tasks.text_detection.synthetic_text import (
     SyntheticTextConfig,
     ensure_synthetic_dataset,
@@ -94,7 +98,8 @@ class TextDetectionDataSettings(LoaderSettings):
     """Validation inputs and targets kept on disk; null: recomputed on every pass."""
 
     def cross_field_problems(self) -> list[tuple[str, str]]:
-        """Either ``synthetic`` or two existing folders give the data (run by the config checks)."""
+        """Either ``synthetic`` or two folders with usable items give the data (run by the config
+        checks)."""
         if self.synthetic is not None:
             return [
                 (key, f"must be null when data.synthetic is set, got '{folder}'")
@@ -107,6 +112,8 @@ class TextDetectionDataSettings(LoaderSettings):
                 problems.append((key, "missing: a folder (images/, gt/), or set data.synthetic"))
             elif not folder.is_dir():
                 problems.append((key, f"does not exist or is not a folder: {folder}"))
+            elif (problem := layout_problem(folder)) is not None:
+                problems.append((key, problem))
         return problems
 
 

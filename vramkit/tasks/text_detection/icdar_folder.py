@@ -139,6 +139,27 @@ def image_header(path: Path) -> ImageHeader | None:
     return ImageHeader(height, width, orientation if orientation in EXIF_ORIENTATIONS else 1)
 
 
+def _image_files(images_dir: Path) -> list[Path]:
+    return sorted(
+        p for p in images_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
+    )
+
+
+def layout_problem(root: Path) -> str | None:
+    """Why `root` holds no usable item (no images/ folder, no image in it, no image with its
+    ground-truth file), or None. The config checks refuse such a folder before any work."""
+    images_dir, gt_dir = root / "images", root / "gt"
+    expected = f"expected images/<stem>{{{','.join(IMAGE_SUFFIXES)}}} with gt/gt_<stem>.txt"
+    if not images_dir.is_dir():
+        return f"no images folder {images_dir}: {expected}"
+    images = _image_files(images_dir)
+    if not images:
+        return f"no images in {images_dir}: {expected}"
+    if not any((gt_dir / f"gt_{path.stem}.txt").is_file() for path in images):
+        return f"no image in {images_dir} has its ground-truth file in {gt_dir}: {expected}"
+    return None
+
+
 def _outside(polygon: np.ndarray, height: int, width: int) -> bool:
     xs, ys = polygon[:, 0], polygon[:, 1]
     return bool(xs.max() < 0 or ys.max() < 0 or xs.min() >= width or ys.min() >= height)
@@ -212,15 +233,11 @@ class TextDetectionDataset(Dataset):
     def _index(self) -> None:
         images_dir = self.root / "images"
         gt_dir = self.root / "gt"
-        if not images_dir.is_dir():
-            raise DataError(f"no images folder: {images_dir} (expected images/ and gt/ in it)")
-        candidates = sorted(
-            p for p in images_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
-        )
-        if not candidates:
-            raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) in {images_dir}")
+        problem = layout_problem(self.root)
+        if problem is not None:
+            raise DataError(problem)
         stems = set()
-        for image_path in candidates:
+        for image_path in _image_files(images_dir):
             stems.add(image_path.stem)
             gt_path = gt_dir / f"gt_{image_path.stem}.txt"
             if not gt_path.is_file():
@@ -239,8 +256,6 @@ class TextDetectionDataset(Dataset):
                 if gt_path.stem[len("gt_") :] not in stems:
                     self.orphan_gt += 1
                     self._warn_or_raise(f"{gt_path}: no image with this name in {images_dir}")
-        if not self.image_paths:
-            raise DataError(f"no image in {images_dir} has a ground-truth file in {gt_dir}")
 
     def _read_annotations(self, index: int) -> None:
         """Parse and check item `index`'s ground-truth file, warning about what was repaired."""
