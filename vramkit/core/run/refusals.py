@@ -3,7 +3,8 @@
 A user's mistake (a bad value, a misspelt key, a profile this machine cannot run) is caught before
 any work with a message that says what to do; the traceback under it only hides that message.
 `HYDRA_FULL_ERROR=1` shows it again; in a multirun the error is raised, so the sweep records the
-job as failed and goes on.
+job as failed and goes on. A single run's refusal made before any work also removes what the run
+wrote into its folder (`withdraw_claim`), so it leaves no run folder.
 """
 
 from __future__ import annotations
@@ -17,25 +18,33 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from vramkit.core.callbacks.bad_input_report import NoUsableInputError
+from vramkit.core.callbacks.finite_guard import TrainingDiverged
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.hardware.device_check import HardwareMismatchError
 from vramkit.core.io.disk_space import DiskFullError
 from vramkit.core.planner.errors import DoesNotFitError
+from vramkit.core.run.run_folder_claim import withdraw_claim
 
 REFUSALS = (ConfigError, HardwareMismatchError, DoesNotFitError, DiskFullError, NoUsableInputError)
 """Errors whose message is the whole story (a full disk names its folder, free and needed bytes)."""
 EXIT_REFUSED = 2
 """The exit status of a refused run (as argparse uses for usage errors)."""
+EXIT_DIVERGED = 3
+"""The exit status of a run stopped on a non-finite loss, gradient or weight (its message names
+the step and the last finite checkpoint)."""
 
 
 @contextlib.contextmanager
 def refusals_as_messages() -> Iterator[None]:
-    """Inside a single Hydra run, turn a known refusal into its message and exit status 2."""
+    """Inside a single Hydra run, turn a known refusal into its message and exit status 2 (a
+    diverged run: 3)."""
     try:
         yield
-    except REFUSALS as error:
+    except (*REFUSALS, TrainingDiverged) as error:
         multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+        if not multirun:  # a sweep's job keeps its folder: its job_result.json records the error
+            withdraw_claim()  # no run folder for a refusal made before any work
         if multirun or os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(EXIT_REFUSED)
+        sys.exit(EXIT_DIVERGED if isinstance(error, TrainingDiverged) else EXIT_REFUSED)

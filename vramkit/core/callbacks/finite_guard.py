@@ -1,0 +1,315 @@
+"""Finite or stopped: a diverged run never trains on, and never saves, non-finite numbers.
+
+Checked, at no measurable cost when every number is finite:
+
+- the gradients, before each optimizer step: without a gradient scaler, one fused check of all
+  of them (GradScaler's own kernel, ``torch._amp_foreach_non_finite_check_and_unscale_`` with a
+  scale of 1, one read per gradient and a single host sync; on a CPU it is about 6x cheaper than
+  ``torch._foreach_norm``, see benchmarks/finite_guard.py). Under ``16-mixed`` the GradScaler
+  already checks them and skips such a step, which is normal; only a loss scale pushed below
+  ``min_loss_scale`` by skip after skip counts as non-finite gradients;
+- the loss of every training step (one host sync of a scalar);
+- every monitored metric, after validation (a non-finite one is named, and
+  :class:`~vramkit.core.callbacks.finite_model_checkpoint.FiniteModelCheckpoint` never ranks it
+  as best);
+- the weights and buffers in every checkpoint about to be written (``ModelCheckpoint``,
+  ``last.ckpt``, the periodic ones of checkpoint retention): a non-finite one stops the run
+  instead, so the last finite checkpoint is never overwritten with NaN.
+
+What a non-finite loss or gradient does is ``on_non_finite``:
+
+- ``stop`` (the default): the run ends with :class:`TrainingDiverged`, one message naming the
+  step, the epoch and the last finite checkpoint; ``train.py`` exits with status 3;
+- ``skip_step``: the optimizer step is skipped (gradients dropped), counted and warned about;
+- ``rollback``: the step is skipped, then the weights and optimizer state of the last finite
+  checkpoint are loaded and the learning rate halved (its schedule's base rates too, so the
+  halving lasts and travels in later checkpoints), with a warning.
+
+``skip_step`` and ``rollback`` stop like ``stop`` after ``max_non_finite_in_a_row`` non-finite steps
+without a finite one between them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from vramkit.core.config.schema import ConfigError, check_settings
+from vramkit.core.config.source import source_of
+
+log = logging.getLogger(__name__)
+
+ON_NON_FINITE = ("stop", "skip_step", "rollback")
+"""What a non-finite loss or gradient does (``callbacks.finite_guard.on_non_finite``)."""
+
+
+@dataclass(frozen=True)
+class FiniteGuardSettings:
+    """The keys of ``callbacks.finite_guard`` (conf/callbacks/finite_guard.yaml)."""
+
+    on_non_finite: Literal["stop", "skip_step", "rollback"] = "stop"
+    """What a non-finite loss or gradient does: stop the run, skip the optimizer step, or roll
+    back to the last finite checkpoint with half the learning rate."""
+    max_non_finite_in_a_row: int = field(default=3, metadata={"ge": 1})
+    """skip_step, rollback: non-finite steps in a row that are tolerated; one more stops."""
+    min_loss_scale: float = field(default=1.0, metadata={"gt": 0})
+    """16-mixed: a GradScaler scale below this counts as non-finite gradients (each skipped
+    step halves it; from its start of 65536 that is 17 skips without a finite step)."""
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss, gradient or weight is not finite and the run stopped; the message says where
+    and which checkpoint is the last finite one. ``train.py`` prints it alone and exits with
+    status 3 (:data:`vramkit.core.run.refusals.EXIT_DIVERGED`); in a multirun the job fails
+    and the sweep goes on."""
+
+
+class FiniteGuard(L.Callback):
+    """Checks losses, gradients, monitored metrics and checkpointed weights for NaN and inf
+    (module docstring).
+
+    Args:
+        on_non_finite: ``stop``, ``skip_step`` or ``rollback``.
+        max_non_finite_in_a_row: non-finite steps in a row tolerated by skip_step / rollback.
+        min_loss_scale: under a GradScaler, the scale below which gradients count as non-finite.
+    """
+
+    def __init__(
+        self,
+        on_non_finite: str = "stop",
+        max_non_finite_in_a_row: int = 3,
+        min_loss_scale: float = 1.0,
+    ) -> None:
+        settings = check_settings(
+            {
+                "on_non_finite": on_non_finite,
+                "max_non_finite_in_a_row": max_non_finite_in_a_row,
+                "min_loss_scale": min_loss_scale,
+            },
+            FiniteGuardSettings,
+            key_prefix="callbacks.finite_guard.",
+            source=source_of("callbacks", node="finite_guard"),
+        )
+        self.on_non_finite = settings.on_non_finite
+        self.max_in_a_row = settings.max_non_finite_in_a_row
+        self.min_loss_scale = settings.min_loss_scale
+        self.non_finite_in_a_row = 0
+        self.skipped_steps = 0  # optimizer steps skipped by skip_step or rollback
+        self.rollbacks = 0
+        self._scaler: Any = None  # the precision plugin's GradScaler, if any
+        self._bad_gradients = False  # this step's gradients were not finite (step skipped)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._scaler = getattr(trainer.precision_plugin, "scaler", None)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A step size beyond the weights' largest number is not a divergence but a crash in the
+        # optimizer's own arithmetic (Adam: "value cannot be converted to type float without
+        # overflow" at lr=1e38, whose first step is lr / (1 - beta1)): refused here instead.
+        for index, optimizer in enumerate(trainer.optimizers):
+            for group in optimizer.param_groups:
+                lr = float(group.get("lr", 0.0))
+                beta1 = group.get("betas", (0.0,))[0]
+                step = lr / (1 - beta1) if beta1 < 1 else lr
+                largest = min(
+                    (torch.finfo(p.dtype).max for p in group["params"] if p.is_floating_point()),
+                    default=math.inf,
+                )
+                if not math.isfinite(lr) or abs(step) > largest:
+                    raise ConfigError(
+                        f"learning rate {lr:g} of optimizer {index} gives steps up to "
+                        f"{step:g}, beyond the largest number its weights hold ({largest:g}): "
+                        "lower the learning rate (model.optimizer.lr)"
+                    )
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        if self._scaler is not None:
+            return  # the GradScaler checks them itself (on_train_batch_end reads its verdict)
+        grads = [
+            p.grad
+            for group in optimizer.param_groups
+            for p in group["params"]
+            if p.grad is not None
+        ]
+        if all_finite(grads):
+            return
+        if self.on_non_finite == "stop":
+            self._stop(trainer, "gradients", step=trainer.global_step + 1)
+        self._bad_gradients = True
+        optimizer.zero_grad(set_to_none=True)  # parameters without gradients are not stepped
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        bad = []
+        if isinstance(loss, torch.Tensor) and not bool(torch.isfinite(loss.detach()).all()):
+            bad.append(f"loss ({loss.detach().float().mean().item():g})")
+        if self._bad_gradients or (
+            self._scaler is not None and self._scaler.get_scale() < self.min_loss_scale
+        ):
+            bad.append("gradients")
+        self._bad_gradients = False
+        if not bad:
+            self.non_finite_in_a_row = 0
+            return
+        what = " and ".join(bad)
+        self.non_finite_in_a_row += 1
+        if self.on_non_finite == "stop" or self.non_finite_in_a_row > self.max_in_a_row:
+            self._stop(trainer, what)
+        if self.on_non_finite == "skip_step":
+            self.skipped_steps += 1
+            log.warning(
+                "non-finite %s at %s: optimizer step skipped (%d in a row, %d in all; the run "
+                "stops after %d in a row)",
+                what,
+                _where(trainer),
+                self.non_finite_in_a_row,
+                self.skipped_steps,
+                self.max_in_a_row,
+            )
+        else:
+            self._roll_back(trainer, pl_module, what)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        monitors = {getattr(c, "monitor", None) for c in trainer.checkpoint_callbacks}
+        monitors |= {c.monitor for c in trainer.early_stopping_callbacks}
+        for name in sorted(m for m in monitors if m):
+            value = trainer.callback_metrics.get(name)
+            if value is not None and not bool(torch.isfinite(value).all()):
+                log.warning(
+                    "monitored metric %s is %s after epoch %d: it is never ranked as best",
+                    name,
+                    value.item() if value.numel() == 1 else value.tolist(),
+                    trainer.current_epoch,
+                )
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Every trainer.save_checkpoint passes here before the file is written.
+        weights = [
+            t
+            for t in checkpoint.get("state_dict", {}).values()
+            if isinstance(t, torch.Tensor) and t.is_floating_point()
+        ]
+        if weights and not _all_finite_read_only(weights):
+            self._stop(trainer, "weights", "(the checkpoint about to be written was not written)")
+
+    def _stop(
+        self, trainer: L.Trainer, what: str, detail: str = "", step: int | None = None
+    ) -> None:
+        """Raise :class:`TrainingDiverged`; ``step``: the 1-based optimizer step that met the
+        non-finite value (default: the last one taken)."""
+        last = last_finite_checkpoint(trainer)
+        kept = (
+            f"the last finite checkpoint is {last} (resume it with ckpt_path={last} and a "
+            "smaller learning rate)"
+            if last is not None
+            else "no checkpoint was written before it"
+        )
+        tolerated = (
+            f" after {self.non_finite_in_a_row} in a row ({self.on_non_finite})"
+            if self.on_non_finite != "stop"
+            else ""
+        )
+        raise TrainingDiverged(
+            f"training diverged: non-finite {what} at {_where(trainer, step)}{tolerated}"
+            f"{' ' + detail if detail else ''}; {kept}. callbacks.finite_guard.on_non_finite="
+            "skip_step or rollback tolerates a few (conf/callbacks/finite_guard.yaml)"
+        )
+
+    def _roll_back(self, trainer: L.Trainer, pl_module: L.LightningModule, what: str) -> None:
+        path = last_finite_checkpoint(trainer)
+        if path is None:
+            self._stop(trainer, what, "with no finite checkpoint to roll back to")
+        rates = [[group["lr"] for group in opt.param_groups] for opt in trainer.optimizers]
+        checkpoint = trainer.strategy.load_checkpoint(path)
+        trainer.strategy.load_model_state_dict(checkpoint, strict=True)
+        trainer.strategy.load_optimizer_state_dict(checkpoint)
+        for optimizer, old in zip(trainer.optimizers, rates, strict=True):
+            for group, rate in zip(optimizer.param_groups, old, strict=True):
+                group["lr"] = rate / 2
+                if "initial_lr" in group:
+                    group["initial_lr"] /= 2
+        for config in trainer.lr_scheduler_configs:
+            base_lrs = getattr(config.scheduler, "base_lrs", None)
+            if base_lrs is not None:  # the schedule multiplies these: halve them for good
+                config.scheduler.base_lrs = [rate / 2 for rate in base_lrs]
+        self.rollbacks += 1
+        self.skipped_steps += 1
+        log.warning(
+            "non-finite %s at %s: rolled back to the weights and optimizer state of %s and "
+            "halved the learning rate (now %s; %d in a row, the run stops after %d)",
+            what,
+            _where(trainer),
+            path,
+            ", ".join(f"{g['lr']:.3g}" for opt in trainer.optimizers for g in opt.param_groups),
+            self.non_finite_in_a_row,
+            self.max_in_a_row,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"skipped_steps": self.skipped_steps, "rollbacks": self.rollbacks}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.skipped_steps = state_dict.get("skipped_steps", 0)
+        self.rollbacks = state_dict.get("rollbacks", 0)
+
+
+def all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Whether every element of ``tensors`` (gradients) is finite: GradScaler's fused check at a
+    scale of 1, one kernel per device and dtype (it multiplies each tensor by 1 in place, which
+    changes no value), and one host sync."""
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for tensor in tensors:
+        groups.setdefault((tensor.device, tensor.dtype), []).append(tensor)
+    found = []
+    for (device, _), group in groups.items():
+        found_inf = torch.zeros((), device=device)
+        torch._amp_foreach_non_finite_check_and_unscale_(
+            group, found_inf, torch.ones((), device=device)
+        )
+        found.append(found_inf)
+    return not any(bool(found_inf) for found_inf in found)
+
+
+def _all_finite_read_only(tensors: Iterable[torch.Tensor]) -> bool:
+    # Weights are checked where a checkpoint is written (rare), without touching them: the
+    # largest magnitude per tensor, which overflows nowhere and carries NaN.
+    norms = torch._foreach_norm([t.detach() for t in tensors], math.inf)
+    return all(bool(torch.isfinite(n)) for n in norms)
+
+
+def last_finite_checkpoint(trainer: L.Trainer) -> Path | None:
+    """The newest checkpoint of this run (``last.ckpt``, best, top-k) or the one it resumed
+    from: every write passes :class:`FiniteGuard`'s check, so it holds finite weights."""
+    candidates = {trainer.ckpt_path} if trainer.ckpt_path else set()
+    for callback in trainer.checkpoint_callbacks:
+        if isinstance(callback, ModelCheckpoint):
+            candidates |= {callback.last_model_path, callback.best_model_path}
+            candidates |= set(callback.best_k_models)
+    files = [Path(p) for p in candidates if p and Path(p).is_file()]
+    return max(files, key=lambda p: p.stat().st_mtime_ns) if files else None
+
+
+def _where(trainer: L.Trainer, step: int | None = None) -> str:
+    step = trainer.global_step if step is None else step
+    return f"step {step} (epoch {trainer.current_epoch})"
