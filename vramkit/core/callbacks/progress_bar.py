@@ -48,6 +48,11 @@ def current_learning_rate(trainer: L.Trainer) -> float | None:
 class RunProgressBar(RichProgressBar):
     """Lightning's rich progress bar plus ``eta`` (the whole fit), ``lr`` and ``mem``.
 
+    ``lr`` is the rate the last optimizer step used (the first optimizer's first parameter
+    group), the value LearningRateMonitor logs for that step; before the first step, the rate
+    the first step will use. The optimizer's rate read afterwards would be the next step's,
+    set by the scheduler right after the step: after a schedule's last step, 0.
+
     The bar's own time column shows elapsed and remaining time of the current epoch; ``eta``
     extrapolates the time per optimizer step so far to the steps left in the fit (validation
     time included in proportion). Everything shown is recomputed at most every
@@ -90,6 +95,7 @@ class RunProgressBar(RichProgressBar):
         self._move_interval_s = 1.0 / refresh_rate if refresh_rate > 0 else math.inf
         self._epoch_batches = math.inf  # training batches of the current epoch
         self._live = True  # whether the console shows the bar as it moves
+        self._last_step_lr: float | torch.Tensor | None = None  # the rate the last step used
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_start(trainer, pl_module)
@@ -97,6 +103,7 @@ class RunProgressBar(RichProgressBar):
         self._first_step = trainer.global_step  # a resumed run starts counting from here
         self._total_steps = trainer.estimated_stepping_batches  # of the whole fit, from step 0
         self._cached = None
+        self._last_step_lr = None
         self._live = self._shown_live()
         # Lightning calls a callback's batch hook on every batch, about 10 us even when it
         # returns at once, unless the hook is not callable (working_set.py): a bar that nobody
@@ -105,6 +112,15 @@ class RunProgressBar(RichProgressBar):
             self.__dict__.pop("on_train_batch_end", None)
         else:
             self.on_train_batch_end = None  # type: ignore[method-assign,assignment]
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        # Lightning steps the schedulers right after this optimizer step (training_epoch_loop's
+        # update_lr_schedulers), so only now does the group hold the rate this step uses. Kept
+        # as it is (a tensor for some optimizers): turned into a number only when shown.
+        if optimizer is trainer.optimizers[0] and optimizer.param_groups:
+            self._last_step_lr = optimizer.param_groups[0]["lr"]
 
     def _shown_live(self) -> bool:
         """Whether the console redraws the bar as it moves: a terminal or a notebook."""
@@ -172,7 +188,8 @@ class RunProgressBar(RichProgressBar):
         eta = self.run_eta_seconds(trainer)
         if eta is not None:
             items["eta"] = str(timedelta(seconds=round(eta)))
-        lr = current_learning_rate(trainer)
+        last = self._last_step_lr
+        lr = current_learning_rate(trainer) if last is None else float(last)
         if lr is not None:
             items["lr"] = f"{lr:.2e}"
         memory = memory_in_use(trainer.strategy.root_device)
