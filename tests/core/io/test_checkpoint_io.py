@@ -116,3 +116,45 @@ def test_the_trainer_config_takes_the_plugin(compose_config):
     cfg = compose_config("+hw=cpu", plugin)
     trainer = instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
     assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+def _bad_checkpoint(kind: str, folder: Path) -> Path:
+    path = folder / f"{kind}.ckpt"
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "text":
+        path.write_text("epoch: 3\n")
+    elif kind == "half":
+        torch.save({"state_dict": {"w": torch.zeros(1000)}}, path)
+        path.write_bytes(path.read_bytes()[:2000])
+    elif kind == "weights only":
+        torch.save({"w": torch.zeros(2)}, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("missing", "no file at"),
+        ("folder", "is a folder, not a checkpoint file"),
+        ("empty", "is empty (0 bytes)"),
+        ("text", "is not a PyTorch checkpoint (9 bytes, not a torch.save archive)"),
+        ("half", "is truncated (2000 bytes of a torch.save archive whose end is missing)"),
+        ("weights only", "is not a Lightning checkpoint (no state_dict; it holds ['w'])"),
+    ],
+)
+def test_a_file_that_is_no_checkpoint_is_named_without_a_traceback(kind, said, tmp_path):
+    with pytest.raises(checkpoint_io.UnreadableCheckpointError) as refused:
+        checkpoint_io.read_checkpoint(_bad_checkpoint(kind, tmp_path))
+    assert said in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_lightning_checkpoint_is_read_whole(tmp_path):
+    path = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {"w": torch.arange(3.0)}, "epoch": 2}, path)
+    checkpoint = checkpoint_io.read_checkpoint(path)
+    assert checkpoint["epoch"] == 2
+    assert torch.equal(checkpoint["state_dict"]["w"], torch.arange(3.0))

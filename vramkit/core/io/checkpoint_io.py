@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -37,6 +38,7 @@ from vramkit.core.io.disk_space import (
 log = logging.getLogger(__name__)
 
 _PARTIAL_WRITE = re.compile(r"^\..+\.tmp-\d+-[0-9a-f]{8}$")
+_ZIP_START = b"PK\x03\x04"  # the first bytes of every zip archive, torch.save's format
 
 
 def partial_write_path(target: Path) -> Path:
@@ -141,3 +143,49 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         with atomic_output(target, needed_bytes=needed) as handle:
             torch.save(checkpoint, handle)
         log.debug("saved checkpoint %s", path)
+
+
+class UnreadableCheckpointError(ValueError):
+    """A file that cannot be loaded as a checkpoint; the message says why, in a few words."""
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The Lightning checkpoint at ``path``, memory-mapped (its tensors are read when touched).
+
+    Everything that makes ``torch.load`` fail with a bare traceback (no file, a folder, zero
+    bytes, a text file, half a file) raises `UnreadableCheckpointError` instead, as does a
+    loadable file that is not a Lightning checkpoint (no ``state_dict``).
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise UnreadableCheckpointError(f"no file at {path}")
+    if path.is_dir():
+        raise UnreadableCheckpointError(f"{path} is a folder, not a checkpoint file")
+    if path.stat().st_size == 0:
+        raise UnreadableCheckpointError(f"{path} is empty (0 bytes)")
+    if not os.access(path, os.R_OK):
+        raise UnreadableCheckpointError(f"{path} cannot be read (permission denied)")
+    # torch.save writes a zip archive: anything else is not a checkpoint, and a zip without its
+    # central directory (at the end of the file) is a copy or a write that stopped half way.
+    if not zipfile.is_zipfile(path):
+        with path.open("rb") as handle:
+            truncated = handle.read(4) == _ZIP_START
+        size = path.stat().st_size
+        raise UnreadableCheckpointError(
+            f"{path} is truncated ({size} bytes of a torch.save archive whose end is missing)"
+            if truncated
+            else f"{path} is not a PyTorch checkpoint ({size} bytes, not a torch.save archive)"
+        )
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as error:  # torch raises RuntimeError, pickle's errors, KeyError, ...
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise UnreadableCheckpointError(
+            f"{path} cannot be loaded ({type(error).__name__}: {first_line})"
+        ) from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        found = sorted(checkpoint)[:6] if isinstance(checkpoint, dict) else type(checkpoint)
+        raise UnreadableCheckpointError(
+            f"{path} is not a Lightning checkpoint (no state_dict; it holds {found})"
+        )
+    return checkpoint

@@ -26,6 +26,7 @@ from vramkit.core.run.fit_to_budget import write_fit_decision
 from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.requeue import requeued_checkpoint
 from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.resume_contract import load_initial_weights
 from vramkit.core.run.run_folder import RUN_CONFIG, record_name
 from vramkit.core.run.run_record import RECORD_NAME, write_run_record
 from vramkit.core.run.run_summary import summary_lines
@@ -60,6 +61,9 @@ def train(cfg: DictConfig) -> float | None:
 
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model)
+    if cfg.get("init_from"):  # a new run from trained weights, with a fresh optimizer and schedule
+        load_initial_weights(model, cfg.init_from)
+        log.info("initial weights from %s", cfg.init_from)
     callbacks = instantiate_group(cfg.get("callbacks"))
     loggers = instantiate_group(cfg.get("logger"))
     trainer: L.Trainer = instantiate(

@@ -1,0 +1,172 @@
+"""The resume contract: a checkpoint of another model, an unreadable file or a setting that breaks
+exactness is refused in one line before anything is written; allowed changes are recorded."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from vramkit.core.config.instantiate import instantiate
+from vramkit.core.config.schema import ConfigError, check_settings
+from vramkit.core.run.resume_contract import (
+    ResumeContract,
+    ResumeSettings,
+    enforce_resume_contract,
+    exactness_changes,
+    load_initial_weights,
+)
+from vramkit.core.run.run_folder import CHECKPOINTS, RUN_CONFIG
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+FIRST_RUN = ("+hw=cpu", "debug=smoke")
+
+
+def _model(cfg: DictConfig) -> torch.nn.Module:
+    node = OmegaConf.create(OmegaConf.to_container(cfg.model, resolve=False))
+    node.compile = False  # ${resolved_hw:compile} cannot resolve outside its config
+    return instantiate(node)
+
+
+def _run_folder(folder: Path, cfg: DictConfig, model: str = "dbnet_tiny") -> Path:
+    """What a finished run leaves: Hydra's records, its resolved config, a Lightning checkpoint."""
+    (folder / ".hydra").mkdir(parents=True)
+    OmegaConf.save(cfg, folder / ".hydra" / "config.yaml")
+    choices = {"task": cfg.task_name, "model": model}
+    OmegaConf.save({"hydra": {"runtime": {"choices": choices}}}, folder / ".hydra" / "hydra.yaml")
+    (folder / RUN_CONFIG).write_text("seed: 42\n")
+    checkpoint = folder / CHECKPOINTS / "last.ckpt"
+    checkpoint.parent.mkdir()
+    state = {"state_dict": _model(cfg).state_dict(), "pytorch-lightning_version": "2.6.6"}
+    torch.save({**state, "epoch": 0, "global_step": 4}, checkpoint)
+    return checkpoint
+
+
+@pytest.fixture
+def finished_run(compose_config, tmp_path) -> Path:
+    return _run_folder(tmp_path / "first", compose_config(*FIRST_RUN))
+
+
+def test_a_resume_of_another_model_width_names_the_first_difference_and_the_model_it_had(
+    compose_config, finished_run
+):
+    cfg = compose_config(*FIRST_RUN, "model=dbnet_r18", f"ckpt_path={finished_run}")
+    with pytest.raises(ConfigError) as refused:
+        enforce_resume_contract(cfg)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert (
+        "parameters differ in shape, first net.backbone.conv1.weight [16,3,7,7] in the checkpoint "
+        "vs [64,3,7,7] in this model; it was trained with task=text_detection, model=dbnet_tiny"
+    ) in message
+
+
+def test_a_checkpoint_of_another_task_is_refused_by_name(compose_config, finished_run):
+    cfg = compose_config("+hw=cpu", "task=arc_teacher", f"ckpt_path={finished_run}")
+    with pytest.raises(ConfigError, match="a checkpoint of task text_detection, this run is task"):
+        enforce_resume_contract(cfg)
+
+
+def test_settings_that_break_exactness_are_listed_with_the_way_to_start_afresh(
+    compose_config, finished_run
+):
+    cfg = compose_config(
+        *FIRST_RUN,
+        f"ckpt_path={finished_run}",
+        "model.optimizer.lr=0.01",
+        "hw.batch_size=2",
+        "seed=7",
+        "trainer.max_epochs=5",  # may change
+    )
+    with pytest.raises(ConfigError) as refused:
+        enforce_resume_contract(cfg)
+    lines = str(refused.value).splitlines()
+    assert lines[1:4] == [
+        "  hw.batch_size: auto -> 2",
+        "  model.optimizer.lr: 0.004 -> 0.01",
+        "  seed: 42 -> 7",
+    ]
+    assert f"init_from={finished_run}" in lines[4]
+    assert "resume.allow_changes=true" in lines[4]
+
+
+def test_a_resume_with_the_runs_settings_and_a_longer_schedule_passes(compose_config, finished_run):
+    cfg = compose_config(*FIRST_RUN, f"ckpt_path={finished_run}", "trainer.max_epochs=5")
+    assert enforce_resume_contract(cfg) == []
+
+
+def test_allowed_changes_are_recorded_and_the_optimizer_keeps_the_checkpoints_settings(
+    compose_config, finished_run, capsys
+):
+    cfg = compose_config(
+        *FIRST_RUN,
+        f"ckpt_path={finished_run}",
+        "resume.allow_changes=true",
+        "model.optimizer.lr=0.01",
+        "hw.batch_size=2",
+    )
+    assert enforce_resume_contract(cfg) == ["hw.batch_size: auto -> 2"]
+    assert cfg.resume.changes == ["hw.batch_size: auto -> 2"]
+    assert cfg.model.optimizer.lr == 0.004  # what trains: Lightning restores the optimizer's lr
+    assert "model.optimizer.lr: 0.004 -> 0.01 NOT applied" in capsys.readouterr().err
+
+
+def test_evaluation_checks_the_model_but_not_the_training_settings(compose_config, finished_run):
+    ok = compose_config(*FIRST_RUN, f"ckpt_path={finished_run}", "seed=7", config_name="eval")
+    assert enforce_resume_contract(ok) == []
+    wider = compose_config(
+        *FIRST_RUN, f"ckpt_path={finished_run}", "model=dbnet_r18", config_name="eval"
+    )
+    with pytest.raises(ConfigError, match="parameters differ in shape"):
+        enforce_resume_contract(wider)
+
+
+def test_resuming_and_starting_from_weights_at_once_is_refused(compose_config, finished_run):
+    cfg = compose_config(*FIRST_RUN, f"ckpt_path={finished_run}", f"init_from={finished_run}")
+    with pytest.raises(ConfigError, match="ckpt_path and init_from are both set"):
+        enforce_resume_contract(cfg)
+
+
+def test_init_from_is_checked_like_a_resume_and_loads_the_weights(compose_config, finished_run):
+    wider = compose_config(*FIRST_RUN, "model=dbnet_r18", f"init_from={finished_run}")
+    with pytest.raises(ConfigError, match=r"^init_from .*parameters differ in shape"):
+        enforce_resume_contract(wider)
+    cfg = compose_config(*FIRST_RUN, f"init_from={finished_run}", "model.optimizer.lr=0.01")
+    assert enforce_resume_contract(cfg) == []  # a new run: its settings are its own
+    model = _model(cfg)
+    load_initial_weights(model, finished_run)
+    saved = torch.load(finished_run, weights_only=True)["state_dict"]
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
+
+
+def test_the_hydra_callback_refuses_in_one_line_exit_2(compose_config, tmp_path, capsys):
+    half = tmp_path / "half.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(1000)}}, half)
+    half.write_bytes(half.read_bytes()[:2000])
+    cfg = compose_config(*FIRST_RUN, f"ckpt_path={half}")
+    with pytest.raises(SystemExit) as stopped:
+        ResumeContract().on_run_start(config=cfg)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (
+        f"error: ckpt_path: {half} is truncated (2000 bytes of a torch.save archive whose end is "
+        "missing)\n"
+    )
+
+
+def test_exactness_changes_compare_unresolved_leaves_and_absent_keys():
+    old = OmegaConf.create({"data": {"batch_size": "${resolved_hw:batch_size}"}, "seed": 1})
+    new = OmegaConf.create(
+        {"data": {"batch_size": "${resolved_hw:batch_size}", "extra": 3}, "seed": 1, "x": 2}
+    )
+    assert exactness_changes(old, new) == [("data.extra", "<absent>", 3)]
+
+
+def test_the_yaml_defaults_are_the_settings_defaults():
+    conf = OmegaConf.load(REPO_ROOT / "conf" / "train.yaml")
+    defaults = {field.name: field.default for field in dataclasses.fields(ResumeSettings)}
+    assert check_settings(conf.resume, ResumeSettings, key_prefix="resume.") == ResumeSettings()
+    assert set(conf.resume) == set(defaults)
+    assert conf.init_from is None
