@@ -13,12 +13,12 @@ import html
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 
-from vramkit.core.report.curves import plot_memory_plan, plot_series
+from vramkit.core.report.curves import Panel, plot_memory_plan, plot_series
 from vramkit.core.report.run_metrics import Series, find_metrics_csv, read_metrics
 from vramkit.core.report.task_figures import saved_task_figures
 
@@ -65,18 +65,20 @@ def build_report(run_dir: Path) -> Path:
     return path
 
 
-# (title, file stem, panels: (panel title, which metrics)); each picture one PNG in report/
-_CURVES: list[tuple[str, str, list[tuple[str, Callable[[str], bool]]]]] = [
+# (title, file stem, panels: (panel title, which metrics, y axis from 0)); each picture one PNG
+# in report/. A panel is drawn only when a metric it names was logged, and draws only those.
+_CURVES: list[tuple[str, str, list[tuple[str, Callable[[str], bool], bool]]]] = [
     (
         "Loss",
         "loss",
         [
-            ("training loss", lambda n: n == "train/loss" or n == "train/loss_step"),
+            ("training loss", lambda n: n == "train/loss" or n == "train/loss_step", False),
             (
                 "training loss terms",
                 lambda n: n.startswith("train/loss_") and n != "train/loss_step",
+                False,
             ),
-            ("validation loss", lambda n: n.startswith("val/") and "loss" in n),
+            ("validation loss", lambda n: n.startswith("val/") and "loss" in n, False),
         ],
     ),
     (
@@ -86,33 +88,23 @@ _CURVES: list[tuple[str, str, list[tuple[str, Callable[[str], bool]]]]] = [
             (
                 "validation",
                 lambda n: n.startswith("val/") and "loss" not in n and "/copy_" not in n,
+                False,
             ),
-            ("references", lambda n: n.startswith("val/") and "/copy_" in n),
-            ("other training metrics", lambda n: n.startswith("train/") and "loss" not in n),
+            ("references", lambda n: n.startswith("val/") and "/copy_" in n, False),
+            ("other training metrics", lambda n: n.startswith("train/") and "loss" not in n, False),
         ],
     ),
-    ("Learning rate", "learning_rate", [("learning rate", lambda n: n.startswith("lr-"))]),
+    ("Learning rate", "learning_rate", [("learning rate", lambda n: n.startswith("lr-"), True)]),
     (
         "Throughput and step time",
         "throughput",
         [
-            ("samples/s", lambda n: n.startswith("perf/") and n.endswith("samples_per_s")),
-            ("training step time (ms)", lambda n: n.startswith("perf/train_step_ms")),
-            (
-                "waiting for data, val/train time, MFU",
-                lambda n: n in ("perf/data_wait_fraction", "perf/val_train_time_ratio", "perf/mfu"),
-            ),
-        ],
-    ),
-    (
-        "Memory per phase over time",
-        "memory",
-        [
-            ("peak per phase (GiB)", lambda n: n.startswith("mem/") and n.endswith("_peak_gib")),
-            (
-                "allocated, reserved or RSS per phase (GiB)",
-                lambda n: n.startswith("mem/") and not n.endswith("_peak_gib"),
-            ),
+            ("training samples/s", lambda n: n == "perf/train_samples_per_s", True),
+            ("validation samples/s", lambda n: n == "perf/val_samples_per_s", True),
+            ("training step time (ms)", lambda n: n.startswith("perf/train_step_ms"), True),
+            ("share of step time waiting for data", lambda n: n == "perf/data_wait_fraction", True),
+            ("val/train time per sample", lambda n: n == "perf/val_train_time_ratio", True),
+            ("MFU: share of the peak FLOP/s", lambda n: n == "perf/mfu", True),
         ],
     ),
 ]
@@ -121,29 +113,77 @@ _CURVES: list[tuple[str, str, list[tuple[str, Callable[[str], bool]]]]] = [
 def _curve_sections(run_dir: Path, metrics: dict[str, Series]) -> list[Section]:
     sections = []
     for title, stem, wanted in _CURVES:
-        section = Section(title)
         panels = []
-        for panel_title, matches in wanted:
+        for panel_title, matches, from_zero in wanted:
             chosen = [metrics[name] for name in sorted(metrics) if matches(name)]
-            panels.extend(_split_by_axis(panel_title, chosen))
-        if panels:
-            relative = f"{REPORT_DIR}/{stem}.png"
-            plot_series(run_dir / relative, panels)
-            names = sorted({s.name for _, group in panels for s in group})
-            section.images.append((relative, ", ".join(names)))
-        else:
-            section.notes.append("nothing logged for this section in metrics.csv")
-        sections.append(section)
+            panels.extend(_split_by_axis(Panel(panel_title, chosen, from_zero=from_zero)))
+        sections.append(_curve_section(run_dir, title, stem, panels))
+    sections.append(_memory_curves(run_dir, metrics))
     return sections
 
 
-def _split_by_axis(title: str, series: list[Series]) -> list[tuple[str, list[Series]]]:
+def _curve_section(run_dir: Path, title: str, stem: str, panels: list[Panel]) -> Section:
+    section = Section(title)
+    if panels:
+        relative = f"{REPORT_DIR}/{stem}.png"
+        plot_series(run_dir / relative, panels)
+        names = sorted({s.name for panel in panels for s in panel.series})
+        section.images.append((relative, ", ".join(names)))
+    else:
+        section.notes.append("nothing logged for this section in metrics.csv")
+    return section
+
+
+def _memory_curves(run_dir: Path, metrics: dict[str, Series]) -> Section:
+    """mem/<phase>_<reading>_gib over the epochs, each reading in its own panel titled by what
+    it is on this run's device, axes from 0, the planner's peaks beside the measured ones."""
+    on_cpu = _on_cpu(run_dir)
+    readings = [
+        ("peak", "peak resident set, main process (GiB)" if on_cpu else "peak allocated (GiB)"),
+        ("rss", "resident set at phase end, main process (GiB)"),
+        ("allocated", "allocated at phase end (GiB)"),
+        ("reserved", "peak reserved by the caching allocator (GiB)"),
+    ]
+    planned = {f"mem/{phase}_peak_gib": value for phase, value in _planned_peaks(run_dir).items()}
+    panels = []
+    for reading, panel_title in readings:
+        chosen = [
+            metrics[name]
+            for name in sorted(metrics)
+            if name.startswith("mem/") and name.endswith(f"_{reading}_gib")
+        ]
+        panel = Panel(panel_title, chosen, from_zero=True, planned=planned)
+        panels.extend(_split_by_axis(panel))
+    return _curve_section(run_dir, "Memory per phase over time", "memory", panels)
+
+
+def _split_by_axis(panel: Panel) -> list[Panel]:
     """Per-epoch and per-step series of one panel drawn apart: they share no x axis."""
-    per_epoch = [s for s in series if s.per_epoch]
-    per_step = [s for s in series if not s.per_epoch]
+    per_epoch = [s for s in panel.series if s.per_epoch]
+    per_step = [s for s in panel.series if not s.per_epoch]
     if per_epoch and per_step:
-        return [(f"{title} (per step)", per_step), (f"{title} (per epoch)", per_epoch)]
-    return [(title, series)] if series else []
+        return [
+            replace(panel, title=f"{panel.title} (per step)", series=per_step),
+            replace(panel, title=f"{panel.title} (per epoch)", series=per_epoch),
+        ]
+    return [panel] if panel.series else []
+
+
+def _on_cpu(run_dir: Path) -> bool:
+    config = _read_yaml(run_dir / "resolved_config.yaml")
+    return (config.get("hw") or {}).get("accelerator") == "cpu"
+
+
+def _planned_peaks(run_dir: Path) -> dict[str, float]:
+    """The planner's prediction of what mem/<phase>_peak_gib reads, per phase (GiB): on a GPU
+    the allocator's peak (max_allocated_gib, not the peak with the CUDA context the budget
+    counts), on a CPU the main process's resident set (peak_gib)."""
+    plan = _read_json(run_dir / MEMORY_PLAN)
+    return {
+        phase: float(plan[phase].get("max_allocated_gib", plan[phase]["peak_gib"]))
+        for phase in ("train", "val")
+        if isinstance(plan.get(phase), dict) and "peak_gib" in plan[phase]
+    }
 
 
 def _summary_section(run_dir: Path, metrics: dict[str, Series], csv_path: Path | None) -> Section:
@@ -178,17 +218,10 @@ def _memory_section(run_dir: Path, metrics: dict[str, Series]) -> Section:
         parts = name.removeprefix("mem/").split("_")
         if name.startswith("mem/") and name.endswith("_peak_gib") and len(parts) == 3:
             measured[parts[0]] = max(series.values)
-    config = _read_yaml(run_dir / "resolved_config.yaml")
-    if (config.get("hw") or {}).get("accelerator") == "cpu":
-        unit = "peak (host RSS)"
+    if _on_cpu(run_dir):
+        unit = "peak (host RSS, main process)"
     plan = _read_json(run_dir / MEMORY_PLAN)
-    # mem/<phase>_peak_gib is the allocator's peak (max_memory_allocated): set beside it the
-    # prediction of that same reading, not the peak with the CUDA context the budget counts
-    predicted = {
-        phase: float(plan[phase].get("max_allocated_gib", plan[phase]["peak_gib"]))
-        for phase in ("train", "val")
-        if isinstance(plan.get(phase), dict) and "peak_gib" in plan[phase]
-    }
+    predicted = _planned_peaks(run_dir)
     if not measured and not predicted:
         section.notes.append("no mem/<phase>_peak_gib metric and no memory_plan.json")
         return section

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.axes import Axes
@@ -15,13 +16,22 @@ PANEL_SIZE_IN = (5.2, 3.2)
 """Width and height of one chart panel (inches)."""
 
 
-def plot_series(
-    path: Path,
-    panels: Sequence[tuple[str, Sequence[Series]]],
-    *,
-    dpi: int = 100,
-) -> Path:
-    """Draw one panel per ``(title, series)`` pair side by side and save the PNG at ``path``.
+@dataclass(frozen=True)
+class Panel:
+    """One chart: its title, the series it draws and how its y axis reads."""
+
+    title: str
+    series: Sequence[Series]
+    from_zero: bool = False
+    """Start the y axis at 0: for amounts (GiB, samples/s, ms), where an axis cut to the data's
+    range makes a 2% change fill the panel."""
+    planned: Mapping[str, float] = field(default_factory=dict)
+    """A planned value per series name, in the series' unit: drawn as a dashed line in that
+    series' colour, beside what was measured."""
+
+
+def plot_series(path: Path, panels: Sequence[Panel], *, dpi: int = 100) -> Path:
+    """Draw the panels side by side (three to a row) and save the PNG at ``path``.
 
     A series logged once per epoch is drawn against the epoch (with markers); one logged every
     step against the optimizer step, so per-step noise and epoch trends each get their own axis.
@@ -30,8 +40,8 @@ def plot_series(
     rows = (len(panels) + columns - 1) // columns
     figure = Figure(figsize=(PANEL_SIZE_IN[0] * columns, PANEL_SIZE_IN[1] * rows))
     axes = figure.subplots(rows, columns, squeeze=False)
-    for index, (title, series) in enumerate(panels):
-        _draw_panel(axes[index // columns][index % columns], title, series)
+    for index, panel in enumerate(panels):
+        draw_panel(axes[index // columns][index % columns], panel)
     for index in range(len(panels), rows * columns):
         axes[index // columns][index % columns].set_visible(False)
     figure.tight_layout()
@@ -40,18 +50,38 @@ def plot_series(
     return path
 
 
-def _draw_panel(axes: Axes, title: str, series: Sequence[Series]) -> None:
-    per_epoch = all(entry.per_epoch for entry in series)
-    for entry in series:
+def draw_panel(axes: Axes, panel: Panel) -> None:
+    """Draw `panel` on `axes`: its series, their planned values, its title and axes."""
+    per_epoch = all(entry.per_epoch for entry in panel.series)
+    for entry in panel.series:
         x = entry.epochs if per_epoch else entry.steps
         marker = "o" if per_epoch or len(entry.values) < 30 else None
-        axes.plot(x, entry.values, marker=marker, markersize=4, linewidth=1.4, label=entry.name)
-    axes.set_title(title, fontsize=10)
+        (line,) = axes.plot(
+            x, entry.values, marker=marker, markersize=4, linewidth=1.4, label=entry.name
+        )
+        if entry.name in panel.planned:
+            axes.axhline(
+                panel.planned[entry.name],
+                color=line.get_color(),
+                linestyle="--",
+                linewidth=1,
+                label=f"{entry.name}, planned",
+            )
+    axes.set_title(panel.title, fontsize=10)
     axes.set_xlabel("epoch" if per_epoch else "step")
     # steps and epochs are whole numbers; matplotlib would otherwise label 0.25, 0.5 ...
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if panel.from_zero:
+        drawn = [entry.values for entry in panel.series]
+        drawn += [[value] for name, value in panel.planned.items() if name in _names(panel)]
+        tallest = max(max(values) for values in drawn)
+        axes.set_ylim(0, max(tallest, 1e-9) * 1.15)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
+
+
+def _names(panel: Panel) -> set[str]:
+    return {entry.name for entry in panel.series}
 
 
 def plot_memory_plan(
