@@ -22,25 +22,17 @@ from vramkit.core.callbacks.stop_signals import RunStopped
 
 
 class SignalSelf(L.Callback):
-    """Sends ``signum`` to this process at the end of training step ``step`` (or of the first
-    validation batch after it, with ``in_validation``)."""
+    """Sends ``signum`` to this process at the end of training step ``step`` (a signal during
+    validation is test_pending_validation.py's)."""
 
-    def __init__(self, signum: int, step: int, in_validation: bool = False) -> None:
-        self.signum, self.step, self.in_validation = signum, step, in_validation
+    def __init__(self, signum: int, step: int) -> None:
+        self.signum, self.step = signum, step
         self.sent = False
 
-    def _send(self, trainer: L.Trainer) -> None:
+    def on_train_batch_end(self, trainer, *args) -> None:
         if not self.sent and trainer.global_step >= self.step:
             self.sent = True
             os.kill(os.getpid(), self.signum)
-
-    def on_train_batch_end(self, trainer, *args) -> None:
-        if not self.in_validation:
-            self._send(trainer)
-
-    def on_validation_batch_end(self, trainer, *args) -> None:
-        if self.in_validation:
-            self._send(trainer)
 
 
 class StopAt(L.Callback):
@@ -115,19 +107,6 @@ def test_a_stop_signal_saves_at_the_next_step_and_exits_non_zero(signum, uninter
     assert signal.getsignal(signum) == before, "the previous handler must come back"
     saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
     assert saved["global_step"] == 2 and saved["epoch"] == 0  # before the first epoch ended
-    _, resumed = fit(tmp_path / "resumed", ckpt_path=tmp_path / "last.ckpt")
-    assert same(weights(resumed), final)
-
-
-def test_a_signal_during_validation_stops_when_that_validation_ends(uninterrupted, tmp_path):
-    final, _ = uninterrupted
-    sender = SignalSelf(signal.SIGTERM, step=STEPS_PER_EPOCH, in_validation=True)
-    with pytest.raises(RunStopped):
-        fit(tmp_path, every_n_train_steps=None, callbacks=[sender])
-    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
-    assert saved["global_step"] == STEPS_PER_EPOCH
-    val_progress = saved["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]["current"]
-    assert val_progress["completed"] == val_progress["ready"] == 3, "the whole validation ran"
     _, resumed = fit(tmp_path / "resumed", ckpt_path=tmp_path / "last.ckpt")
     assert same(weights(resumed), final)
 

@@ -9,6 +9,9 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
+
+from vramkit.core.callbacks.pending_validation import validation_pending
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +93,31 @@ class RandomState(L.Callback):
     draws any. vramkit's loaders take nothing from these generators
     (:mod:`vramkit.core.data.sample_seeds`), so the states at a step boundary are all a
     continuation needs.
+
+    A checkpoint written during a fit's validation pass resumes at that pass's first batch
+    (:mod:`vramkit.core.callbacks.pending_validation`), so it holds the states taken when the
+    pass began: the pass replays with the same random numbers, and training after it goes on
+    with the ones the uninterrupted run had.
     """
 
     def __init__(self) -> None:
         self._saved: dict[str, Any] | None = None  # states read from a checkpoint, not yet set
+        # (trainer, states at its validation pass's start) while a fit validates
+        self._validation_start: tuple[L.Trainer, dict[str, Any]] | None = None
 
     def state_dict(self) -> dict[str, Any]:
+        if self._validation_start is not None:
+            trainer, states = self._validation_start
+            if validation_pending(trainer):
+                return states
         return capture_random_state()
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            self._validation_start = (trainer, capture_random_state())
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validation_start = None
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._saved = state_dict

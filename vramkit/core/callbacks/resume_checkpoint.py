@@ -14,6 +14,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
+from vramkit.core.callbacks.pending_validation import replay_validation, validation_pending
 from vramkit.core.callbacks.stop_signals import (
     STOP_SIGNALS,
     RunStopped,
@@ -61,13 +62,22 @@ class ResumeCheckpoint(ModelCheckpoint):
       (``max_time``, early stopping), and that state is kept, so that the resumed run continues
       the cut epoch at its next batch instead of skipping the rest of it;
     - on a stop signal (``stop_signals``, by default SIGTERM, SIGINT and SIGUSR1): at the next
-      training step boundary, or at the end of the validation pass the signal interrupted; the
-      run then ends with :class:`~vramkit.core.callbacks.stop_signals.RunStopped` (exit status 128 +
-      the signal number), never as a success. Lightning's SLURM auto-requeue keeps SIGUSR1.
+      training step boundary, or at the next batch boundary of the validation pass the signal
+      interrupted; the run then ends with
+      :class:`~vramkit.core.callbacks.stop_signals.RunStopped` (exit status 128 + the signal
+      number), never as a success. Lightning's SLURM auto-requeue keeps SIGUSR1.
     - in a submitit job (``hydra/launcher=slurm``), also on submitit's preemption signal (SIGUSR2):
       at the next step boundary, and then submitit's own handler requeues the job; the requeued
       job finds this file in its run folder and resumes from it
       (:func:`vramkit.core.run.requeue.requeued_checkpoint`).
+
+    No validation is lost to a stop: a checkpoint written after a training batch that a
+    validation pass follows (an epoch's last batch), or during that pass, records the batch as
+    trained and the pass as not yet begun, so the resumed run validates before it trains on and
+    ranks that epoch's metrics as the uninterrupted run did (:func:`validation_pending`).
+    Lightning itself would resume such a checkpoint past the validation (its
+    ``_TrainingEpochLoop.reset`` counts a save at ``on_train_batch_end`` of an epoch's last batch
+    as a finished epoch) or into the epoch's end without the validation's metrics.
 
     A ``ModelCheckpoint`` without a monitor, so checkpoint retention and loggers know the file
     as the run's last checkpoint; training position, loader position (vramkit's loaders) and
@@ -163,9 +173,19 @@ class ResumeCheckpoint(ModelCheckpoint):
         ):
             self._write(trainer, f"every {self.every_n_steps} steps")
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._writes(trainer) and self.stop_signals.received is not None:
+    # A signal during validation stops at the pass's next batch boundary: the checkpoint then
+    # replays the whole pass (on_save_checkpoint). One that comes after the pass's last batch
+    # stops at the epoch's end (or the next training step), once the metrics are ranked.
+    def on_validation_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if self.stop_signals.received is not None and self._writes(trainer):
             self._stop_on_signal(trainer)
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Every checkpoint of the fit passes here, whichever callback writes it.
+        if self._writes(trainer) and validation_pending(trainer):
+            replay_validation(checkpoint)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._writes(trainer):
@@ -202,10 +222,13 @@ class ResumeCheckpoint(ModelCheckpoint):
     def _stop_on_signal(self, trainer: L.Trainer) -> None:
         received = self.stop_signals.received
         assert received is not None
+        pending = validation_pending(trainer)
         self._write(trainer, received.name)
         stopped = (
             f"{received.name}: stopped at step {trainer.global_step} (epoch "
-            f"{trainer.current_epoch}) and saved {self.path}"
+            f"{trainer.current_epoch}"
+            + (", before its validation, which the resumed run does first" if pending else "")
+            + f") and saved {self.path}"
         )
         if received in self.stop_signals.hand_over_signals:
             log.warning("%s; submitit requeues the job, which resumes from it", stopped)
