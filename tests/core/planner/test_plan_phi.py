@@ -82,7 +82,7 @@ def test_a_tiny_phi_plans_its_weights_states_and_attention_kernel(tiny_phi_plan)
     parameters = plan.train.allocated["parameters"]
     assert 4 * numel <= parameters <= 4 * numel + 60 * 512  # fp32 weights, blocks rounded
     assert plan.train.allocated["optimizer_state"] == pytest.approx(2 * parameters, rel=0.05)
-    # bf16 on sm_75 is a trap (docs/hardware.md "Hardware facts"): attention falls back to the math path.
+    # bf16 on sm_75 is a trap (docs/hardware.md "Hardware facts"): attention takes the math path.
     bf16 = plan.planner.measure("train", 2, plan.setup.replace(precision="bf16-mixed"))
     assert bf16.attention_kernels == ("math",)
     assert bf16.allocated["activations"] > plan.train.allocated["activations"]
