@@ -3,7 +3,8 @@
 A user's mistake (a bad value, a misspelt key, a profile this machine cannot run) is caught before
 any work with a message that says what to do; the traceback under it only hides that message.
 `HYDRA_FULL_ERROR=1` shows it again; in a multirun the error is raised, so the sweep records the
-job as failed and goes on.
+job as failed and goes on. A single run's refusal made before any work also removes what the run
+wrote into its folder (`withdraw_claim`), so it leaves no run folder.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from vramkit.core.config.schema import ConfigError
 from vramkit.core.hardware.device_check import HardwareMismatchError
 from vramkit.core.io.disk_space import DiskFullError
 from vramkit.core.planner.errors import DoesNotFitError
+from vramkit.core.run.run_folder_claim import withdraw_claim
 
 REFUSALS = (ConfigError, HardwareMismatchError, DoesNotFitError, DiskFullError, NoUsableInputError)
 """Errors whose message is the whole story (a full disk names its folder, free and needed bytes)."""
@@ -40,6 +42,8 @@ def refusals_as_messages() -> Iterator[None]:
         yield
     except (*REFUSALS, TrainingDiverged) as error:
         multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+        if not multirun:  # a sweep's job keeps its folder: its job_result.json records the error
+            withdraw_claim()  # no run folder for a refusal made before any work
         if multirun or os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"error: {error}", file=sys.stderr)

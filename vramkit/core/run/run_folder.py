@@ -24,6 +24,8 @@ import os
 import time
 from pathlib import Path
 
+from vramkit.core.config.schema import ConfigError
+
 RUN_CONFIG = "resolved_config.yaml"
 """The config a run used, written into its folder (a resumed run's get a ``resume_<n>`` name)."""
 
@@ -59,7 +61,11 @@ def claim_run_folder(runs_dir: Path, now: float, environ: dict[str, str]) -> Pat
     """Create and return a folder in ``runs_dir`` that no other run has: named by the local time
     ``now`` (seconds since the epoch), or by the SLURM job in ``environ``; a taken name gets a
     suffix. A requeued SLURM job gets its existing folder."""
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    missing = [p for p in (runs_dir, *runs_dir.parents) if not p.exists()]
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise _unwritable(runs_dir, error) from None
     name = _slurm_name(environ) or time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now))
     if name.startswith("slurm-") and int(environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0:
         (runs_dir / name).mkdir(exist_ok=True)
@@ -70,8 +76,26 @@ def claim_run_folder(runs_dir: Path, now: float, environ: dict[str, str]) -> Pat
             folder.mkdir()
         except FileExistsError:
             continue
+        except OSError as error:
+            raise _unwritable(runs_dir, error) from None
+        CREATED[folder.absolute()] = (missing[-1] if missing else folder).absolute()
         return folder
     raise AssertionError("unreachable")  # itertools.count never ends
+
+
+CREATED: dict[Path, Path] = {}
+"""Run folders this process created, each with the topmost folder it created for it (the folder
+itself, or a runs folder above it that did not exist): a refusal before any work removes them."""
+
+
+def _unwritable(runs_dir: Path, error: OSError) -> ConfigError:
+    """A runs folder that cannot be made or written (read-only, a file in its path) is the
+    user's ``paths.log_dir`` to change, not a traceback."""
+    return ConfigError(
+        f"paths.log_dir (conf/paths/default.yaml): cannot create a run folder in {runs_dir} "
+        f"({error.strerror}); set paths.log_dir=<a folder you can write to>",
+        ("paths.log_dir",),
+    )
 
 
 def _slurm_name(environ: dict[str, str]) -> str | None:

@@ -30,6 +30,7 @@ from vramkit.core.run.resume_contract import load_initial_weights
 from vramkit.core.run.run_folder import RUN_CONFIG, record_name
 from vramkit.core.run.run_record import RECORD_NAME, write_run_record
 from vramkit.core.run.run_summary import summary_lines
+from vramkit.core.run.seed import check_seed
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,7 @@ def train(cfg: DictConfig) -> float | None:
     quiet_other_processes()  # a DDP process of rank > 0 repeats rank 0's lines
     # Mistakes first, then hardware: a bad value, a misspelt key or a profile the machine cannot
     # honour must stop the run before any planning, data or model work.
-    check_trainer(cfg.trainer)
-    check_added_keys(cfg, command_line_overrides(), conf_dir=Path(cfg.paths.conf_dir))
-    check_monitored_metrics(cfg)
+    refuse_mistakes(cfg)
     fit_records: list[dict] = []
     profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), fit_records=fit_records)
     log.info("Hardware profile\n%s", describe_profile(profile))
@@ -81,6 +80,15 @@ def train(cfg: DictConfig) -> float | None:
     if cfg.get("train", True):
         _log_summary(trainer)  # last, after the loggers' own closing output
     return result
+
+
+def refuse_mistakes(cfg: DictConfig) -> None:
+    """Raise `ConfigError` for a mistake that needs no device, plan, data or model to see: a
+    trainer value, a misspelt added key, a monitored metric the task never logs, the seed."""
+    check_trainer(cfg.trainer)
+    check_added_keys(cfg, command_line_overrides(), conf_dir=Path(cfg.paths.conf_dir))
+    check_monitored_metrics(cfg)
+    check_seed(cfg)
 
 
 def _layer_sync(trainer: DictConfig) -> dict:

@@ -1,0 +1,57 @@
+"""A Hydra callback that claims a single run's folder before Hydra writes into it.
+
+``on_run_start`` runs after composition and before Hydra resolves ``hydra.run.dir``, creates the
+folder, writes ``.hydra/`` and opens the log. Here the folder is resolved (OmegaConf caches the
+``run_folder`` resolver, so Hydra gets the same folder), locked and its contents noted
+(:mod:`vramkit.core.run.run_folder_claim`): a second run in a held folder is refused in one line
+before it writes anything, and a refusal of this run removes what it wrote. A folder that cannot
+be created (a read-only ``paths.log_dir``) is refused the same way.
+
+Only the launching process claims: the processes Lightning starts for DDP (``trainer=ddp_sim``)
+run ``train.py`` again in the same folder with ``LOCAL_RANK`` >= 1, and the processes of a
+cluster launch (torchrun, SLURM tasks) carry their rank too.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from vramkit.core.run.refusals import REFUSALS, refusals_as_messages
+from vramkit.core.run.run_folder_claim import claim_run_folder
+
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+"""Where launchers put a process's rank (as Lightning reads it for ``rank_zero_only``)."""
+
+
+class RunFolderGuard(Callback):
+    """Hydra callback: lock a single run's folder before Hydra writes into it."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not launching_process(os.environ):
+            return
+        with refusals_as_messages():
+            claim_run_folder(Path(resolved_run_dir(config)))
+
+
+def launching_process(environ: dict[str, str] | os._Environ) -> bool:
+    """This process is rank 0 (or no launcher gave it a rank): the one that claims the folder."""
+    return all(int(environ.get(name, "0") or 0) == 0 for name in RANK_VARIABLES)
+
+
+def resolved_run_dir(config: DictConfig) -> str:
+    """``hydra.run.dir`` of ``config``, resolved (claimed); a refusal met while resolving it
+    (an unwritable ``paths.log_dir``) is raised as itself, not as OmegaConf's wrapper."""
+    try:
+        return str(OmegaConf.select(config, "hydra.run.dir"))
+    except Exception as error:
+        cause = error.__cause__ or error.__context__
+        while cause is not None and not isinstance(cause, REFUSALS):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise cause from None
