@@ -1,5 +1,7 @@
 """Kill a real ``train()`` run with SIGKILL anywhere, resume it from ``last.ckpt``: it ends with
-bitwise the same weights, optimizer state and step as a run that was never interrupted.
+bitwise the same weights, optimizer state and step, and the same best checkpoint, as a run that
+was never interrupted. A SIGTERM on an epoch's last batch (before its validation) resumes into that
+validation.
 
 The killed run is a forked child of the test process (it inherits the imported modules, so it
 starts in milliseconds) that sends itself SIGKILL at the drill's point: inside an epoch after a
@@ -10,6 +12,7 @@ previous epoch's checkpoint). The resumed run writes into the killed run's folde
 
 from __future__ import annotations
 
+import csv
 import multiprocessing
 import os
 import random
@@ -74,18 +77,39 @@ def _config(run_dir: Path, data_dir: Path, *overrides: str) -> DictConfig:
 
 def _final_state(run_dir: Path) -> dict[str, Any]:
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    (ranking,) = [
+        state
+        for state in checkpoint["callbacks"].values()
+        if isinstance(state, dict) and state.get("monitor") is not None
+    ]
     return {
         "global_step": checkpoint["global_step"],
         "epoch": checkpoint["epoch"],
+        # the best checkpoint's score and file (its folder is the run's)
+        "best": (float(ranking["best_model_score"]), Path(ranking["best_model_path"]).name),
         "weights": checkpoint["state_dict"],
         "optimizer": checkpoint["optimizer_states"][0]["state"],
     }
 
 
+def _validations(run_dir: Path) -> list[dict[str, str]]:
+    """Every logged validation (its epoch, step and val/ metrics), over the run's resumes."""
+    rows = []
+    for metrics in sorted(run_dir.glob("csv/version_*/metrics.csv")):
+        with metrics.open() as handle:
+            rows += [
+                {key: value for key, value in row.items() if value and key.startswith("val/")}
+                | {"epoch": row["epoch"], "step": row["step"]}
+                for row in csv.DictReader(handle)
+                if row.get("val/hmean")
+            ]
+    return rows
+
+
 def _differences(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
     problems = [
         f"{key}: {actual[key]} != {expected[key]}"
-        for key in ("global_step", "epoch")
+        for key in ("global_step", "epoch", "best")
         if actual[key] != expected[key]
     ]
     for part in ("weights", "optimizer"):
@@ -124,7 +148,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory, shared_data_dir: Pat
         train(_config(run_dir, shared_data_dir, "data.num_workers=0"))
     finally:
         compose.forget_composition()
-    return _final_state(run_dir)
+    return _final_state(run_dir) | {"validations": _validations(run_dir)}
 
 
 # Kill points drawn once from a fixed seed (so a failure names a point that reproduces it).
@@ -172,6 +196,37 @@ def test_a_run_killed_anywhere_resumes_to_the_same_weights(
         f"killed at {kill_at} (step {killed_at['global_step']}) with {workers} workers, "
         f"the resumed run differs from the uninterrupted one in {len(problems)} values: "
         + "; ".join(problems[:8])
+    )
+
+
+@pytest.mark.slow
+def test_a_sigterm_on_an_epochs_last_batch_resumes_into_its_validation(
+    uninterrupted, tmp_path, shared_data_dir
+):
+    """Stopped after epoch 0's last training step, before its validation: the resumed run
+    validates epoch 0 first, so it logs and ranks the same validations as the straight run."""
+    run_dir = tmp_path / "run"
+    stop = (
+        "+callbacks.drill._target_=drill_callbacks.SignalAtStep",
+        f"+callbacks.drill.signum={int(signal.SIGTERM)}",
+        f"+callbacks.drill.step={TRAIN_BATCHES}",  # the end of epoch 0's last batch
+    )
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            train(_config(run_dir, shared_data_dir, "data.num_workers=0", *stop))
+        assert stopped.value.code == 128 + signal.SIGTERM
+        last = run_dir / "checkpoints" / "last.ckpt"
+        stopped_at = torch.load(last, weights_only=True)
+        assert (stopped_at["epoch"], stopped_at["global_step"]) == (0, TRAIN_BATCHES)
+        assert not _validations(run_dir), "the stop came before epoch 0's validation"
+        train(_config(run_dir, shared_data_dir, "data.num_workers=0", f"ckpt_path={last}"))
+    finally:
+        compose.forget_composition()
+    assert _validations(run_dir) == uninterrupted["validations"]
+    problems = _differences(uninterrupted, _final_state(run_dir))
+    assert not problems, (
+        f"stopped on epoch 0's last batch, the resumed run differs from the uninterrupted one in "
+        f"{len(problems)} values: " + "; ".join(problems[:8])
     )
 
 
