@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -13,9 +14,24 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from vramkit.core.callbacks import memory_monitor
-from vramkit.core.callbacks.memory_monitor import MemoryMonitor
-from vramkit.core.hardware.memory_stats import MemoryReading, read_host_memory, reset_host_peak
+from vramkit.core.callbacks.memory_monitor import (
+    EXIT_HOST_MEMORY,
+    HostGauge,
+    HostMemoryExceeded,
+    MemoryMonitor,
+)
+from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
+from vramkit.core.config.schema import ConfigError
+from vramkit.core.hardware.memory_stats import (
+    HostRoom,
+    MemoryReading,
+    read_host_memory,
+    reset_host_peak,
+)
 from vramkit.core.units import GIB
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiny_regression import TinyRegression, regression_loader
 
 VAL_EXTRA_BYTES = 384 * 2**20  # what each validation step holds on top of training
 
@@ -129,3 +145,60 @@ def test_memory_is_read_at_phase_boundaries_not_per_batch(tmp_path, monkeypatch)
         # last read of the run was training's, at the end of the epoch
         assert monitor.records["train"].run.peak == len(reads) * GIB
     assert counts[0] == counts[1]  # three times as many batches, not one read more
+
+
+def test_the_host_guard_stops_training_with_a_checkpoint(tmp_path):
+    """The host's room shrinks by 1 GiB a step (faked); past 90% of the 10 GiB the run had at
+    its start, training stops at a step boundary with last.ckpt written and exit status 4."""
+    readings = iter(range(1, 100))
+
+    def shrinking_room() -> HostRoom:
+        return HostRoom(room=(9 - next(readings)) * GIB, own=GIB, source="fake")
+
+    monitor = MemoryMonitor(summary=False, host_guard_interval_s=0)
+    monitor.gauge = HostGauge(HostRoom(room=9 * GIB, own=GIB, source="fake"), 0.9, shrinking_room)
+    last = ResumeCheckpoint(dirpath=str(tmp_path), every_n_train_steps=None)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=3,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[monitor, last],
+    )
+    with pytest.raises(HostMemoryExceeded) as stopped:
+        trainer.fit(TinyRegression(), train_dataloaders=regression_loader(64, 4))
+    # used = 1 + 9 - room: 2, 3, … GiB; 9 GiB is the limit, so the 9th reading (10 GiB) stops
+    assert stopped.value.code == EXIT_HOST_MEMORY
+    assert "holds 10.00 GiB, over 90% of the 10.00 GiB" in str(stopped.value)
+    saved = torch.load(last.path, weights_only=False)
+    assert saved["global_step"] == 9
+    assert f"ckpt_path={last.path}" in str(stopped.value)
+
+
+def test_the_host_guard_reads_at_most_once_per_interval(tmp_path):
+    reads: list[int] = []
+
+    def room() -> HostRoom:
+        reads.append(1)
+        return HostRoom(room=9 * GIB, own=GIB, source="fake")
+
+    monitor = MemoryMonitor(summary=False, host_guard_interval_s=3600)
+    monitor.gauge = HostGauge(HostRoom(room=9 * GIB, own=GIB, source="fake"), 0.9, room)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[monitor],
+    )
+    trainer.fit(TinyRegression(), train_dataloaders=regression_loader(40, 4))
+    assert len(reads) == 1  # ten steps, one reading
+
+
+def test_a_guard_fraction_out_of_range_names_its_key():
+    with pytest.raises(ConfigError, match=r"callbacks\.memory_monitor\.host_guard_fraction"):
+        MemoryMonitor(host_guard_fraction=1.5)

@@ -1,21 +1,89 @@
-"""Memory per phase (train, val, test) as ``mem/`` metrics, and a table at the end of the run."""
+"""Memory per phase (train, val, test) as ``mem/`` metrics, a table at the end of the run, and a
+soft guard that stops training with a checkpoint before the host runs out of memory."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
-from vramkit.core.hardware.memory_stats import MemoryReading, read_host_memory, reset_host_peak
+from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
+from vramkit.core.callbacks.working_set import callbacks_of_type
+from vramkit.core.config.schema import check_settings
+from vramkit.core.config.source import source_of
+from vramkit.core.hardware.memory_stats import (
+    HostRoom,
+    MemoryReading,
+    read_host_memory,
+    read_host_room,
+    reset_host_peak,
+)
 from vramkit.core.tables import render_table
-from vramkit.core.units import gib
+from vramkit.core.units import GIB, gib
 
 log = logging.getLogger(__name__)
 
 PHASES = ("train", "val", "test")
+
+EXIT_HOST_MEMORY = 4
+"""Exit status of a run the host-memory guard stopped (2: refused, 3: diverged)."""
+
+
+@dataclass(frozen=True)
+class MemoryMonitorSettings:
+    """The keys of ``callbacks.memory_monitor`` (conf/callbacks/memory_monitor.yaml)."""
+
+    summary: bool = True
+    """Print the table of peaks per phase at the end of fit/validate/test (global rank 0)."""
+    host_guard_fraction: float | None = field(default=0.9, metadata={"gt": 0, "le": 1})
+    """Stop training, with last.ckpt written, once the run holds more than this share of the
+    host memory it had at its start; null: no guard."""
+    host_guard_interval_s: float = field(default=0.5, metadata={"ge": 0})
+    """Seconds between two readings of the host's memory (at the first step boundary after)."""
+
+
+class HostMemoryExceeded(SystemExit):
+    """Training stopped before the host ran out of memory, after writing a resumable checkpoint.
+
+    A ``SystemExit`` with status :data:`EXIT_HOST_MEMORY`: no traceback, and Hydra's job runner
+    lets it through as it does a stop signal's."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_HOST_MEMORY)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class HostGauge:
+    """The run's host memory against its limit: its resident set at the start plus what the
+    host has lost of its room since (so the loader workers, which take their memory from the
+    same room, count too)."""
+
+    start: HostRoom
+    fraction: float
+    read: Callable[[], HostRoom | None] = read_host_room
+
+    @property
+    def limit(self) -> int:
+        """Bytes the run may hold before the guard stops it."""
+        return int(self.fraction * self.start.total)
+
+    def used(self) -> int | None:
+        """The run's memory now (bytes); None when it cannot be read."""
+        now = self.read()
+        if now is None:
+            return None
+        return self.start.own + self.start.room - now.room
 
 
 @dataclass
@@ -40,8 +108,27 @@ class MemoryMonitor(L.Callback):
     peaks per phase.
     """
 
-    def __init__(self, summary: bool = True) -> None:
-        self.summary = summary
+    def __init__(
+        self,
+        summary: bool = True,
+        host_guard_fraction: float | None = 0.9,
+        host_guard_interval_s: float = 0.5,
+    ) -> None:
+        settings = check_settings(
+            {
+                "summary": summary,
+                "host_guard_fraction": host_guard_fraction,
+                "host_guard_interval_s": host_guard_interval_s,
+            },
+            MemoryMonitorSettings,
+            key_prefix="callbacks.memory_monitor.",
+            source=source_of("callbacks", node="memory_monitor"),
+        )
+        self.summary = settings.summary
+        self.host_guard_fraction = settings.host_guard_fraction
+        self.host_guard_interval_s = settings.host_guard_interval_s
+        self.gauge: HostGauge | None = None  # set at the start of fit when the guard is on
+        self._read_at = -math.inf  # time.monotonic() of the guard's last reading
         self.records = {phase: _PhaseRecord() for phase in PHASES}
         self._epoch: dict[str, MemoryReading | None] = dict.fromkeys(PHASES)
         self._device: torch.device | None = None
@@ -52,6 +139,61 @@ class MemoryMonitor(L.Callback):
         self._device = pl_module.device
         if self._device.type != "cuda" and read_host_memory() is None:
             log.info("MemoryMonitor: no /proc/self/status on this system; host memory not logged")
+        if stage != "fit" or self.host_guard_fraction is None or self.gauge is not None:
+            return
+        if trainer.world_size > 1:
+            # every rank would have to take the same decision at the same step (a collective
+            # per step), or the others hang at the next one
+            log.info("MemoryMonitor: the host-memory guard watches single-process runs only")
+        else:
+            start = read_host_room()
+            if start is None:
+                log.info("MemoryMonitor: no /proc/meminfo on this system; no host-memory guard")
+            else:
+                self.gauge = HostGauge(start, self.host_guard_fraction)
+
+    # The host-memory guard: at step boundaries, at most every `host_guard_interval_s`.
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if self.gauge is None:
+            return
+        now = time.monotonic()
+        if now - self._read_at < self.host_guard_interval_s:
+            return
+        self._read_at = now
+        used = self.gauge.used()
+        if used is not None and used > self.gauge.limit:
+            self._stop_for_memory(trainer, used)
+
+    def _stop_for_memory(self, trainer: L.Trainer, used: int) -> None:
+        gauge = self.gauge
+        assert gauge is not None
+        where = f"step {trainer.global_step} (epoch {trainer.current_epoch})"
+        head = (
+            f"host memory: the run holds {used / GIB:.2f} GiB, over "
+            f"{gauge.fraction:.0%} of the {gauge.start.total / GIB:.2f} GiB it had at its start "
+            f"({gauge.start.source} + its own {gauge.start.own / GIB:.2f} GiB); stopped at "
+            f"{where} before the kernel would kill it"
+        )
+        resume = callbacks_of_type(trainer, ResumeCheckpoint)
+        if resume:
+            path = resume[0].path
+            trainer.save_checkpoint(path)
+            tail = (
+                f"saved {path}; resume with ckpt_path={path} and a smaller batch "
+                "(hw.batch_size=…), fewer loader workers (hw.num_workers=…), or more free memory"
+            )
+        else:
+            tail = "no last checkpoint callback is configured, so nothing was saved"
+        message = f"{head}; {tail}"
+        log.error(message)
+        raise HostMemoryExceeded(message)
 
     # Phase boundaries: a phase's peak is read where it ends, and reset where one starts.
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

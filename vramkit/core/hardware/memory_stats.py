@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,3 +80,86 @@ def read_cuda_memory(device: torch.device) -> MemoryReading:
         current=stats.get("allocated_bytes.all.current", 0),
         reserved_peak=stats.get("reserved_bytes.all.peak", 0),
     )
+
+
+_MEMINFO = Path("/proc/meminfo")
+_CGROUP_LIMITS = (
+    # cgroup v2, then v1: the group's limit and what it uses now
+    (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory.current")),
+    (
+        Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        Path("/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ),
+)
+_NO_LIMIT = 2**60  # cgroup v1 writes 9223372036854771712 for "no limit"
+
+
+@dataclass(frozen=True)
+class HostRoom:
+    """What this process may still grow into on the host, in bytes, and what limits it."""
+
+    room: int
+    """The least of: MemAvailable (other processes already left out), the cgroup's limit minus
+    its usage, and the address space an RLIMIT_AS (`ulimit -v`) leaves unmapped."""
+    own: int
+    """This process's resident set (VmRSS)."""
+    source: str
+    """Which limit `room` is, e.g. "MemAvailable 21.30 GiB"."""
+
+    @property
+    def total(self) -> int:
+        """The memory this process may hold in all: its own plus `room` (bytes)."""
+        return self.own + self.room
+
+
+def read_host_room(
+    meminfo: Path = _MEMINFO,
+    status: Path = _STATUS,
+    cgroup_limits: tuple[tuple[Path, Path], ...] = _CGROUP_LIMITS,
+) -> HostRoom | None:
+    """The host's room for this process now; None where /proc cannot be read (not Linux)."""
+    available = _kib_field(meminfo, "MemAvailable")
+    own = _kib_field(status, "VmRSS")
+    if available is None or own is None:
+        return None
+    room, source = available, f"MemAvailable {available / 2**30:.2f} GiB"
+    for limit_path, usage_path in cgroup_limits:
+        limit, usage = _read_int(limit_path), _read_int(usage_path)
+        if limit is None or usage is None or limit >= _NO_LIMIT:
+            continue
+        if limit - usage < room:
+            room = max(limit - usage, 0)
+            source = f"cgroup limit {limit / 2**30:.2f} GiB - used {usage / 2**30:.2f} GiB"
+        break
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    mapped = _kib_field(status, "VmSize")
+    if limit != resource.RLIM_INFINITY and mapped is not None and limit - mapped < room:
+        room = max(limit - mapped, 0)
+        source = (
+            f"address-space limit (ulimit -v) {limit / 2**30:.2f} GiB, {room / 2**30:.2f} unmapped"
+        )
+    return HostRoom(room=room, own=own, source=source)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # cgroup v2 writes "max" for no limit
+
+
+def _kib_field(path: Path, name: str) -> int | None:
+    """A "<name>: <n> kB" line of a /proc file, in bytes; None when the file or line is absent."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == name:
+            number, unit = value.split()
+            if unit != "kB":
+                raise ValueError(f"{path}: {name} is in {unit!r}, expected kB")
+            return int(number) * 1024
+    return None

@@ -5,14 +5,15 @@ with the loader's own `collate_fn`; that fixes every per-sample shape and dtype 
 token ids). `grow_batch` then builds a batch of B samples with the same shapes: tensors get B
 in their first dimension (created under the caller's fake mode, so nothing is allocated) and
 per-sample Python lists (polygons, names) are repeated B times. A datamodule that pads text
-dynamically gives the first sample's length: pad to a fixed `max_length` to plan the worst case.
+dynamically gives the first sample's length: pad to a fixed `max_length` to plan the worst case,
+or state each item's length (`ItemLengths`): the longest item is then the sample.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
@@ -36,6 +37,23 @@ class PlanningSetup(Protocol):
         file's checksum). A later `prepare_data()` / `setup()` must still do that work."""
 
 
+@runtime_checkable
+class ItemLengths(Protocol):
+    """A dataset or batch sampler that states each item's length (the SAGE datasets and their
+    length-bucketing sampler): batches are padded to their longest item, so the planner samples
+    the longest, the worst case a batch can take."""
+
+    lengths: Sequence[int]
+    """One length per item (tokens), in item order."""
+
+
+def _item_lengths(loader: DataLoader, size: int) -> list[int] | None:
+    for holder in (loader.dataset, loader.batch_sampler):
+        if isinstance(holder, ItemLengths) and len(holder.lengths) == size:
+            return [int(length) for length in holder.lengths]
+    return None
+
+
 @dataclass(frozen=True)
 class PhaseSamples:
     """One collated sample (batch size 1) per phase and the size of each dataset."""
@@ -49,6 +67,9 @@ class PhaseSamples:
     after_transfer: Callable[[Any], Any] | None = None
     """The datamodule's `on_after_batch_transfer` (batch → batch), when it has its own: what
     the step sees (e.g. float inputs made from compact uint8 batches)."""
+    train_dataset: Any = field(default=None, repr=False, compare=False)
+    """The training loader's dataset, for the host plan (what each loader worker copies)."""
+    val_dataset: Any = field(default=None, repr=False, compare=False)
 
 
 def _first_loader(loaders: Any, split: str) -> DataLoader:
@@ -85,7 +106,12 @@ def _one_sample(loader: DataLoader, split: str) -> tuple[Any, int | None]:
         size = len(dataset)  # type: ignore[arg-type]
         if size == 0:
             raise PlanningDataError(f"the {split} dataset is empty")
-        candidates = (dataset[i] for i in range(min(size, _SAMPLES_TRIED)))
+        order = list(range(min(size, _SAMPLES_TRIED)))
+        lengths = _item_lengths(loader, size)
+        if lengths is not None:
+            longest = max(range(size), key=lengths.__getitem__)
+            order = [longest, *(i for i in order if i != longest)]
+        candidates = (dataset[i] for i in order)
     for _, item in zip(range(_SAMPLES_TRIED), candidates, strict=False):
         if item is None:
             continue
@@ -105,8 +131,10 @@ def sample_batches(datamodule: L.LightningDataModule) -> PhaseSamples:
     else:
         datamodule.prepare_data()
         datamodule.setup("fit")
-    train, train_size = _one_sample(_first_loader(datamodule.train_dataloader(), "train"), "train")
-    val, val_size = _one_sample(_first_loader(datamodule.val_dataloader(), "val"), "val")
+    train_loader = _first_loader(datamodule.train_dataloader(), "train")
+    val_loader = _first_loader(datamodule.val_dataloader(), "val")
+    train, train_size = _one_sample(train_loader, "train")
+    val, val_size = _one_sample(val_loader, "val")
     after_transfer = None
     if is_overridden("on_after_batch_transfer", datamodule):
         after_transfer = functools.partial(datamodule.on_after_batch_transfer, dataloader_idx=0)
@@ -116,6 +144,8 @@ def sample_batches(datamodule: L.LightningDataModule) -> PhaseSamples:
         train_size=train_size,
         val_size=val_size,
         after_transfer=after_transfer,
+        train_dataset=train_loader.dataset,
+        val_dataset=val_loader.dataset,
     )
 
 

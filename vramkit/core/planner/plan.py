@@ -198,6 +198,10 @@ class MemoryPlanner:
             self._measured[key] = self._trace(phase, batch_size, setup)
         return self._measured[key]
 
+    def parameter_count(self, setup: RunSetup) -> int:
+        """Parameters of the module `setup` builds (LoRA and other model overrides applied)."""
+        return sum(p.numel() for p in self._subject(_traced_setup(setup)).module.parameters())
+
     def training_floor(self, batch_size: int, setup: RunSetup) -> PhasePlan | None:
         """A certain lower bound on `setup`'s training peak at `batch_size` without tracing it,
         or None when there is none to take.

@@ -12,17 +12,27 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from vramkit.core.hardware.profile import AUTO, HardwareProfile
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.core.planner.auto_fit import FitDecision, choose_fit
 from vramkit.core.planner.errors import DoesNotFitError
+from vramkit.core.planner.host_memory import (
+    DEFAULT_PREFETCH_FACTOR,
+    HostBudget,
+    HostPhasePlan,
+    HostPlanner,
+    LoaderSettings,
+    process_baseline,
+)
+from vramkit.core.planner.plan import TRAIN, VAL
 from vramkit.core.planner.remedies import propose_remedies
 from vramkit.core.planner.task_plan import MemoryPlan, plan_task
 from vramkit.core.run.append_overrides import append_overrides
@@ -155,3 +165,136 @@ def write_fit_decision(output_dir: Path, record: dict[str, Any]) -> Path:
     path = Path(output_dir) / FIT_DECISION
     atomic_write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())
     return path
+
+
+@dataclass(frozen=True)
+class HostFit:
+    """The batch sizes a `cpu` run takes within the host's memory, and their host plans."""
+
+    train: HostPhasePlan
+    val: HostPhasePlan
+    budget: HostBudget
+    traces: int
+    """Phase traces the plan took."""
+    seconds: float
+    """Wall time of the planning (s)."""
+
+    def line(self) -> str:
+        """What was planned, for the run's log."""
+        return (
+            f"host memory planned ({self.traces} traces in {self.seconds:.1f} s): train "
+            f"{self.train.summary()} at batch {self.train.batch_size}, val {self.val.summary()} "
+            f"at batch {self.val.batch_size}; budget {self.budget.describe()}"
+        )
+
+    def predictions(self, profile: HardwareProfile) -> dict[str, Any]:
+        """The run folder's `memory_plan.json`: `peak_gib` is the main process's resident set,
+        what MemoryMonitor's `mem/<phase>_peak_gib` reads on a CPU; `host` has every part."""
+        return {
+            "profile": profile.name,
+            "precision": profile.precision,
+            "budget_gib": self.budget.budget / GIB,
+            **{
+                plan.phase: {
+                    "batch_size": plan.batch_size,
+                    "peak_gib": plan.main_process / GIB,
+                    "host": plan.parts_gib(),
+                }
+                for plan in (self.train, self.val)
+            },
+        }
+
+
+def fit_host_memory(
+    cfg: DictConfig,
+    profile: HardwareProfile,
+    budget: HostBudget,
+    *,
+    train_batch_size: int,
+    val_batch_size: int,
+    searched: tuple[bool, bool],
+    typed: Callable[[str], str] = str,
+) -> HostFit:
+    """Plan a `cpu` run's host memory and fit its batch sizes into `budget`.
+
+    `train_batch_size` / `val_batch_size`: the requested sizes, or for a phase marked in
+    `searched` ("auto") the task's stated default, which the fitted size never exceeds: "auto"
+    takes the largest size up to it that fits. Raises `DoesNotFitError` (one line, with the
+    remedies) when a requested size, or batch size 1, does not fit; `PlanningError` when the run
+    cannot be planned.
+    """
+    started = time.perf_counter()
+    plan = plan_task(
+        cfg,
+        profile,
+        train_batch_size=train_batch_size,
+        val_batch_size=val_batch_size,
+        with_remedies=False,
+    )
+    host = HostPlanner(
+        plan.planner,
+        plan.setup,
+        loader_settings(cfg, profile),
+        baseline=process_baseline(),
+        processes=plan.setup.sharding.world_size // max(profile.num_nodes, 1),
+    )
+    limit = budget.budget
+    train, val = train_batch_size, val_batch_size
+    if searched[0]:
+        upper = min(train, plan.train_limit or train)
+        train = host.largest_batch_size(TRAIN, limit, upper, val)
+    if searched[1]:
+        upper = min(val, plan.val_limit or val)
+        val = host.largest_batch_size(VAL, limit, upper, max(train, 1))
+    train_plan = host.plan(TRAIN, max(train, 1), max(val, 1))
+    val_plan = host.plan(VAL, max(val, 1), max(train, 1))
+    over = [p for p in (train_plan, val_plan) if p.total > limit]
+    if over:
+        raise DoesNotFitError(_host_refusal(host, over[0], budget, train_plan, val_plan, typed))
+    return HostFit(train_plan, val_plan, budget, plan.planner.traces, time.perf_counter() - started)
+
+
+def loader_settings(cfg: DictConfig, profile: HardwareProfile) -> LoaderSettings:
+    """The run's loader settings: the data config's own values, else the profile's."""
+    data = cfg.get("data")
+    raw = OmegaConf.to_container(data, resolve=False) if isinstance(data, DictConfig) else {}
+    workers = raw.get("num_workers")
+    pin = raw.get("pin_memory")
+    prefetch = raw.get("prefetch_factor")
+    persistent = raw.get("persistent_workers")
+    return LoaderSettings(
+        num_workers=workers if isinstance(workers, int) else profile.num_workers,
+        prefetch_factor=prefetch if isinstance(prefetch, int) else DEFAULT_PREFETCH_FACTOR,
+        pin_memory=pin if isinstance(pin, bool) else profile.pin_memory,
+        persistent_workers=persistent if isinstance(persistent, bool) else True,
+    )
+
+
+def _host_refusal(
+    host: HostPlanner,
+    over: HostPhasePlan,
+    budget: HostBudget,
+    train: HostPhasePlan,
+    val: HostPhasePlan,
+    typed: Callable[[str], str],
+) -> str:
+    limit = budget.budget
+    head = (
+        f"the run does not fit this host's memory: {over.phase} needs {over.summary()} at batch "
+        f"{over.batch_size}, over the budget of {budget.describe()}"
+    )
+    remedies = []
+    key = "batch_size" if over.phase == TRAIN else "val_batch_size"
+    other = val.batch_size if over.phase == TRAIN else train.batch_size
+    fitting = host.largest_batch_size(over.phase, limit, over.batch_size, other)
+    if fitting:
+        size = host.plan(over.phase, fitting, other).total / GIB
+        remedies.append(f"{typed(f'hw.{key}={fitting}')} ({size:.2f} GiB)")
+    if over.workers:
+        remedies.append(f"{typed('hw.num_workers=0')} (saves {over.workers / GIB:.2f} GiB)")
+    if not remedies:
+        remedies.append(
+            "at batch size 1 it still needs more: a smaller model or shorter inputs, or a "
+            "machine with more free memory"
+        )
+    return f"{head}. Remedies: {'; '.join(remedies)}"

@@ -107,6 +107,10 @@ def _settle(
             elif profile.accelerator == "gpu":
                 plan = outcome.plan
 
+    # A `cpu` profile's budget is the host's memory (a GPU profile rehearsed on a CPU plans its
+    # GPU instead, above; the memory monitor's guard still watches its host).
+    if plan_batches and check_device and requested.profile.accelerator == "cpu" and _plannable(cfg):
+        profile = _fit_host_memory(cfg, profile, requested.source)
     planned = _planned_batch_sizes(cfg, profile, plan) if plan_batches else profile
     resolved = resolve_batch_sizes(planned, cfg, source=requested.source)
     with open_dict(cfg):
@@ -149,6 +153,56 @@ def _fit_target(
     if target.accelerator != "gpu" or target.budget_gib is None or not _plannable(cfg):
         return None
     return target
+
+
+def _fit_host_memory(
+    cfg: DictConfig, profile: HardwareProfile, source: ProfileSource
+) -> HardwareProfile:
+    """A `cpu` profile whose batch sizes fit the host's memory: "auto" takes the largest up to
+    the task's stated default that fits, a set size is checked. Raises `DoesNotFitError` (with
+    the remedies) when even batch size 1, or the set size, does not fit."""
+    # Imported here, as for `_fit`: the planner pulls in Lightning and fake tensors.
+    from vramkit.core.planner import DoesNotFitError, PlanningError
+    from vramkit.core.planner.host_memory import host_budget
+    from vramkit.core.run.fit_to_budget import fit_host_memory
+
+    budget = host_budget(profile.memory_budget_fraction, memory_gib=profile.memory_gib)
+    if budget is None:
+        _echo("host memory unknown (no /proc/meminfo): the run is not checked against it")
+        return profile
+    searched = (profile.batch_size == AUTO, profile.val_batch_size == AUTO)
+    requested = [
+        _data_default(cfg, data_key, field, source) if auto else getattr(profile, field)
+        for (field, data_key), auto in zip(_DATA_DEFAULTS, searched, strict=True)
+    ]
+    typed = _typed_override(HydraConfig.initialized() and _hydra_hw_context()[0] is None)
+    try:
+        fit = fit_host_memory(
+            cfg,
+            profile,
+            budget,
+            train_batch_size=requested[0],
+            val_batch_size=requested[1],
+            searched=searched,
+            typed=typed,
+        )
+    except DoesNotFitError:
+        raise
+    except PlanningError as error:
+        _echo(f"memory planner unavailable ({error}); host memory is not checked")
+        return profile
+    _echo(fit.line())
+    sizes = (fit.train.batch_size, fit.val.batch_size)
+    for (field, data_key), auto, wanted, size in zip(
+        _DATA_DEFAULTS, searched, requested, sizes, strict=True
+    ):
+        if auto and size < wanted:
+            _echo(
+                f"{field} 'auto' takes {size}, the largest that fits the host's memory or the "
+                f"dataset's size ({DEFAULTS_KEY}.{data_key} is {wanted})"
+            )
+    _write_memory_plan(cfg, fit.predictions(profile))
+    return dataclasses.replace(profile, batch_size=sizes[0], val_batch_size=sizes[1])
 
 
 def _plannable(cfg: DictConfig) -> bool:
