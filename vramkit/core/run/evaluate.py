@@ -14,6 +14,7 @@ from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.eval_backend import backend_settings, prepare_model
 from vramkit.core.run.loggers import finish_wandb
 from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.resume_contract import enforce_resume_contract
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     ``cfg.predictions_dir``.
     """
     backend = backend_settings(cfg)
+    enforce_resume_contract(cfg)  # a readable checkpoint of this task and model, checked first
     # Evaluation never trains: a planner's training-phase search would only cost time.
     profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), plan_batches=False)
     log.info("Hardware profile\n%s", describe_profile(profile))

@@ -96,9 +96,15 @@ class ResumeSettings:
 
 
 class ResumeContract(Callback):
-    """Hydra callback: `enforce_resume_contract` before a single run writes anything."""
+    """Hydra callback: `enforce_resume_contract` before a single training run writes anything.
+
+    ``eval.py`` writes into a folder of its own, never a checkpoint's: ``evaluate`` checks its
+    checkpoint itself, whatever Hydra settings it runs under.
+    """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if "train" not in config:  # not train.yaml's config
+            return
         with refusals_as_messages():
             enforce_resume_contract(config)
 

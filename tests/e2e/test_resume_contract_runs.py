@@ -1,0 +1,90 @@
+"""A wrong checkpoint is refused by ``python train.py`` / ``python eval.py`` in one line, exit 2;
+a training run refuses before anything is written: the checkpoint's run folder stays
+byte-identical and no new run folder appears."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TINY = ("+hw=cpu", "debug=smoke", "logger=csv")
+QUIET = {"train.py": ("callbacks.progress_bar.refresh_rate=0",), "eval.py": ()}
+
+
+def _run(
+    script: str, *overrides: str, log_dir: Path, data_dir: Path
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / script),
+            *TINY,
+            *QUIET[script],
+            *overrides,
+            f"paths.log_dir={log_dir}",
+            f"paths.data_dir={data_dir}",
+        ],
+        cwd=log_dir,
+        env={**os.environ, "PROJECT_ROOT": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _tree_hash(folder: Path) -> str:
+    """One digest of every file's relative path and bytes under ``folder``."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _refused_in_one_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    return errors[0]
+
+
+@pytest.mark.slow
+def test_wrong_checkpoints_are_refused_before_anything_is_written(tmp_path, shared_data_dir):
+    paths = {"log_dir": tmp_path, "data_dir": shared_data_dir}
+    first = _run("train.py", **paths)
+    assert first.returncode == 0, first.stderr[-3000:]
+    runs = tmp_path / "text_detection" / "runs"
+    (run,) = runs.iterdir()
+    last = run / "checkpoints" / "last.ckpt"
+    half = tmp_path / "half.ckpt"
+    half.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    before = _tree_hash(run)
+
+    wider = _refused_in_one_line(_run("train.py", "model=dbnet_r18", f"ckpt_path={last}", **paths))
+    assert "parameters differ in shape, first net.backbone.conv1.weight [16,3,7,7]" in wider
+    assert wider.endswith("it was trained with task=text_detection, model=dbnet_tiny")
+
+    torn = _refused_in_one_line(_run("train.py", f"ckpt_path={half}", **paths))
+    assert torn == f"error: ckpt_path: {half} is truncated ({half.stat().st_size} bytes of a " + (
+        "torch.save archive whose end is missing)"
+    )
+
+    changed = _run(
+        "train.py", f"ckpt_path={last}", "model.optimizer.lr=0.01", "hw.batch_size=2", **paths
+    )
+    assert changed.returncode == 2, changed.stderr[-3000:]
+    assert "  model.optimizer.lr: 0.004 -> 0.01\n" in changed.stderr
+    assert f"init_from={last}" in changed.stderr
+
+    evaluated = _run("eval.py", "model=dbnet_r18", f"ckpt_path={last}", **paths)
+    assert "parameters differ in shape" in _refused_in_one_line(evaluated)
+
+    assert _tree_hash(run) == before
+    assert list(runs.iterdir()) == [run]
