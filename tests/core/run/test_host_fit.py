@@ -1,0 +1,138 @@
+"""A `cpu` run's budget is the host's memory: "auto" batch sizes fit it, a size that cannot fit
+is refused before any work with the remedies, and the plan is close to the RSS a run measures.
+
+The decisions are tested on a stand-in planner whose step takes 1 GiB per sample (fast, exact);
+the end-to-end tests trace and run the tiny text classifier.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from vramkit.core.hardware.profile import HardwareProfile
+from vramkit.core.planner.batches import PhaseSamples
+from vramkit.core.planner.errors import DoesNotFitError
+from vramkit.core.planner.host_memory import CPU_STEP_ALLOWANCE, HostBudget
+from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.report.build import MEMORY_PLAN
+from vramkit.core.run import fit_to_budget as fit_module
+from vramkit.core.run.fit_to_budget import fit_host_memory
+from vramkit.core.run.train import train
+from vramkit.core.units import GIB
+
+CPU = HardwareProfile(name="cpu", accelerator="cpu", precision="32-true", num_workers=0)
+BASELINE = GIB // 2
+
+
+@dataclass
+class _StepPerSample:
+    """The stand-in planner: a phase's traced peak is 1 GiB per sample (CPU_STEP_ALLOWANCE
+    divided out, so the host plan's step is exactly that)."""
+
+    samples: PhaseSamples
+    traces: int = 0
+
+    def measure(self, phase: str, batch_size: int, setup: RunSetup) -> SimpleNamespace:
+        self.traces += 1
+        return SimpleNamespace(peak=int(batch_size * GIB / CPU_STEP_ALLOWANCE))
+
+
+@pytest.fixture
+def per_sample(monkeypatch):
+    sample = {"x": torch.zeros(1, 4)}
+    planner = _StepPerSample(PhaseSamples(sample, sample, train_size=100, val_size=100))
+
+    def plan_task(cfg, profile, *, train_batch_size, val_batch_size, with_remedies):
+        return SimpleNamespace(
+            planner=planner, setup=RunSetup("32-true", None), train_limit=100, val_limit=100
+        )
+
+    monkeypatch.setattr(fit_module, "plan_task", plan_task)
+    monkeypatch.setattr(fit_module, "process_baseline", lambda: BASELINE)
+
+
+def _fit(train: int, val: int, *, searched=(False, False), available_gib=4.0):
+    budget = HostBudget(int(available_gib * GIB), 1.0, "test")
+    cfg = OmegaConf.create({"data": {"num_workers": 0}})
+    return fit_host_memory(
+        cfg, CPU, budget, train_batch_size=train, val_batch_size=val, searched=searched
+    )
+
+
+def test_auto_takes_the_largest_size_up_to_the_default_that_fits(per_sample):
+    # 0.5 GiB baseline + 1 GiB per sample within 4 GiB: 3 samples fit, 4 do not
+    fit = _fit(16, 2, searched=(True, True))
+    assert (fit.train.batch_size, fit.val.batch_size) == (3, 2)  # val's default 2 fits
+    assert fit.train.total <= 4 * GIB
+    assert "host memory planned" in fit.line() and "at batch 3" in fit.line()
+
+
+def test_auto_keeps_the_default_when_it_fits(per_sample):
+    fit = _fit(2, 1, searched=(True, True))
+    assert (fit.train.batch_size, fit.val.batch_size) == (2, 1)
+
+
+def test_a_set_size_that_cannot_fit_is_refused_with_the_size_that_does(per_sample):
+    with pytest.raises(DoesNotFitError) as refused:
+        _fit(8, 1)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "train needs 8.50 GiB" in message
+    assert "hw.batch_size=3 (3.50 GiB)" in message
+
+
+def test_when_one_sample_cannot_fit_the_remedy_says_so(per_sample):
+    with pytest.raises(DoesNotFitError, match="at batch size 1 it still needs more"):
+        _fit(1, 1, searched=(True, True), available_gib=1.0)
+
+
+TINY_TEXT = (
+    "task=text_classification",
+    "+hw=cpu",
+    "hw.num_workers=0",
+    "trainer.max_epochs=1",
+    "logger=csv",
+    "callbacks=default",
+)
+
+
+def test_a_cpu_run_over_the_hosts_memory_is_refused_before_any_work(compose_config):
+    cfg = compose_config(*TINY_TEXT, "hw.batch_size=4", "hw.val_batch_size=4", "hw.memory_gib=0.2")
+    with pytest.raises(DoesNotFitError) as refused:
+        train(cfg)
+    message = str(refused.value)
+    assert "does not fit this host's memory" in message and "hw.memory_gib 0.2 GiB" in message
+    assert "Remedies:" in message and "\n" not in message
+    assert not Path(cfg.paths.output_dir).exists()  # refused before the run folder
+
+
+def test_the_planned_host_memory_is_close_to_the_measured_rss(compose_config):
+    """The tiny classifier at batch 64 of 256 tokens: a step of about 0.3 GiB on the host."""
+    cfg = compose_config(
+        *TINY_TEXT,
+        "hw.batch_size=64",
+        "hw.val_batch_size=64",
+        "data.max_length=256",
+        "model.hf_config.max_position_embeddings=256",
+    )
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    planned = json.loads((run / MEMORY_PLAN).read_text())
+    (metrics,) = run.glob("**/metrics.csv")
+    with metrics.open() as handle:
+        rows = list(csv.DictReader(handle))
+    for phase in ("train", "val"):
+        measured = max(
+            float(r[f"mem/{phase}_peak_gib"]) for r in rows if r[f"mem/{phase}_peak_gib"]
+        )
+        predicted = planned[phase]["peak_gib"]
+        # stated tolerance: the plan is within -10% / +25% of the measured peak RSS
+        assert 0.9 * measured <= predicted <= 1.25 * measured, (phase, predicted, measured)
