@@ -1,13 +1,14 @@
 # Each target installs what it needs into .venv on a fresh machine.
-# Where an NVIDIA driver answers, torch comes with CUDA; elsewhere torch==2.13.0, the CPU build
-# (TORCH_SPEC overrides both, e.g. TORCH_SPEC="torch==2.5.1").
+# Where an NVIDIA driver answers, torch==2.14.1, the newest tested release (PyPI's CUDA build);
+# elsewhere torch==2.13.0, the CPU build. Both ends of pyproject.toml's tested range run in CI
+# (.ci/run); TORCH_SPEC overrides the choice, and pip refuses a torch outside that range.
 
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 HAS_NVIDIA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
-TORCH_SPEC ?= $(if $(HAS_NVIDIA),torch>=2.3,torch==2.13.0)
+TORCH_SPEC ?= $(if $(HAS_NVIDIA),torch==2.14.1,torch==2.13.0)
 # bitsandbytes (8-bit AdamW, QLoRA) ships wheels for Linux (CUDA and CPU backends); elsewhere
 # `pip install 'vramkit[bnb]'` by hand where your platform has a wheel.
 EXTRAS ?= dev,nlp,tensorboard,mlflow,onnx$(if $(filter Linux,$(shell uname -s)),$(comma)bnb)
@@ -21,8 +22,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"  # dev brings Polygon3, as the extra "official" does
+# One resolve of TORCH_SPEC with the package: a torch outside pyproject.toml's range is refused.
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)" -e ".[$(EXTRAS)]"  # dev brings Polygon3 ("official")
 # pip compiles no bytecode for an editable install, and where PYTHONDONTWRITEBYTECODE is set no run
 # writes it either: every run would compile ours again (0.15-0.20 s of CPU for the 99 a plan imports).
 	$(PY) -m compileall -q vramkit scripts

@@ -9,11 +9,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from vramkit.core.hardware import detect
 from vramkit.core.hardware.detect import (
     DeviceInfo,
+    cudnn_version_text,
     detect_profile,
     generic_profile,
     load_profile_file,
+    nvidia_driver_version,
     probe_device,
     usable_cpu_count,
 )
@@ -122,13 +125,17 @@ def test_device_description_for_messages():
     assert t4.describe() == "Tesla T4, 14.6 GiB, compute capability 7.5, 2 devices"
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
 def test_probe_without_cuda_touches_nothing_beyond_is_available(monkeypatch):
+    # A machine where torch sees no CUDA device, on either build: is_available() answers False
+    # (on a CUDA build torch's own is_available may count devices; that is its business).
     def forbidden(*args, **kwargs):
         raise AssertionError("CUDA queried on a CPU-only machine")
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_properties", forbidden)
     monkeypatch.setattr(torch.cuda, "device_count", forbidden)
+    monkeypatch.setattr(torch.backends.cudnn, "version", forbidden)
+    monkeypatch.setattr(detect, "nvidia_driver_version", forbidden)
     device = probe_device()
     assert device.kind == "cpu"
     assert device.count == 0
@@ -138,9 +145,18 @@ def test_probe_without_cuda_touches_nothing_beyond_is_available(monkeypatch):
     assert not torch.cuda.is_initialized()
 
 
+def fake_cuda_software(monkeypatch) -> str:
+    """The driver, runtime and cuDNN a T4 machine might report, on either build of torch."""
+    monkeypatch.setattr(detect, "nvidia_driver_version", lambda: "550.54.15")
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91002)
+    return "driver 550.54.15, CUDA runtime 12.8, cuDNN 9.10.2"
+
+
 def test_probe_reads_cuda_device_zero(monkeypatch):
     properties = SimpleNamespace(name="Tesla T4", total_memory=15_642_329_088, major=7, minor=5)
     asked = []
+    software = fake_cuda_software(monkeypatch)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(
@@ -155,8 +171,27 @@ def test_probe_reads_cuda_device_zero(monkeypatch):
         capability=(7, 5),
         count=2,
         cpu_count=usable_cpu_count(),
+        software=software,
     )
-    assert detect_profile(device, HW_DIR, display_root=REPO).profile.name == "t4"
+    detection = detect_profile(device, HW_DIR, display_root=REPO)
+    assert detection.profile.name == "t4"
+    assert detection.reason.endswith(f"(conf/hw/t4.yaml); {software}")
+    assert device.describe().endswith(f"2 devices; {software}")
+
+
+@pytest.mark.parametrize(
+    ("version", "text"), [(92400, "9.24.0"), (91002, "9.10.2"), (8907, "8.9.7"), (None, "none")]
+)
+def test_cudnn_versions_read_as_released(version, text):
+    assert cudnn_version_text(version) == text
+
+
+def test_the_driver_version_is_none_where_nvml_does_not_answer(monkeypatch):
+    def no_library(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(detect.ctypes, "CDLL", no_library)
+    assert nvidia_driver_version() is None
 
 
 def test_profile_source_in_detection_is_the_file():

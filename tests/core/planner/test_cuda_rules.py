@@ -9,9 +9,12 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vramkit.core.planner.attention_rules import CudaAttention
 from vramkit.core.planner.autocast_rules import (
+    CUDNN_RNN,
     CudaAutocast,
+    cuda_autocast_table,
     policy_ops,
     registered_cuda_ops,
+    unmodelled_cuda_ops,
 )
 from vramkit.core.planner.cuda_rules import (
     EFFICIENT,
@@ -23,6 +26,7 @@ from vramkit.core.planner.cuda_rules import (
 )
 from vramkit.core.planner.fake_trace import FakeStepRecorder
 from vramkit.core.planner.recorder import StorageRecorder
+from vramkit.core.planner.tested_torch import is_cuda_build
 from vramkit.core.units import MIB
 
 T4 = DeviceRules(capability=(7, 5), flash_attention=False, mem_efficient_attention=True)
@@ -37,7 +41,67 @@ def test_blocks_round_up_to_512_bytes(requested, allocated):
 
 
 def test_the_op_lists_are_the_installed_torch_cuda_autocast_lists():
-    assert set(policy_ops()) == set(registered_cuda_ops())
+    # The table's rows for this version and build are what this torch registers, in both
+    # directions: cuDNN's `_cudnn_rnn` is there on a CUDA build and absent on a CPU build.
+    assert set(cuda_autocast_table(cuda_build=is_cuda_build())) == set(registered_cuda_ops())
+    assert ("_cudnn_rnn" in registered_cuda_ops()) is is_cuda_build()
+    assert unmodelled_cuda_ops() == frozenset()
+
+
+def test_the_planner_models_the_cuda_build_of_the_installed_version():
+    modelled = policy_ops()
+    assert modelled == cuda_autocast_table()
+    assert modelled["_cudnn_rnn"] == CUDNN_RNN  # on a CPU build too: the GPU run has cuDNN
+
+
+def test_ops_new_in_a_version_follow_the_installed_torch():
+    assert "linalg_matrix_sqrth" not in cuda_autocast_table("2.13.0")
+    assert cuda_autocast_table("2.14.1+cu130")["linalg_matrix_sqrth"] == "fp32"
+    assert "_cudnn_rnn" not in cuda_autocast_table("2.14.1", cuda_build=False)
+    has_op = hasattr(torch.ops.aten, "linalg_matrix_sqrth")
+    assert has_op is ("linalg_matrix_sqrth" in cuda_autocast_table())
+
+
+def _cuda_autocast_dtype(call) -> torch.dtype:
+    """The dtype the installed torch's own CUDA autocast kernels give, on fake CUDA tensors.
+
+    `torch.autocast("cuda")` turns itself off without a GPU; the low-level switch does not, and
+    fake CUDA tensors reach the real AutocastCUDA kernels on either build without touching CUDA.
+    """
+    dtype = torch.get_autocast_dtype("cuda")
+    torch.set_autocast_enabled("cuda", True)
+    torch.set_autocast_dtype("cuda", torch.float16)
+    try:
+        x = torch.empty(4, 4, device="cuda")
+        return call(x, x.half()).dtype
+    finally:
+        torch.set_autocast_enabled("cuda", False)
+        torch.set_autocast_dtype("cuda", dtype)
+        torch.clear_autocast_cache()
+
+
+AUTOCAST_CALLS = {
+    "mm": lambda x, h: torch.mm(x, x),
+    "exp": lambda x, h: torch.exp(h),
+    "sum": lambda x, h: h.sum(),
+    "log_softmax": lambda x, h: torch.log_softmax(h, -1),
+    "addcmul": lambda x, h: torch.addcmul(x, h, h),
+    "cat": lambda x, h: torch.cat([x, h]),  # in no CUDA list (CPU autocast casts it)
+    "linalg_matrix_sqrth": lambda x, h: torch.ops.aten.linalg_matrix_sqrth(h),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AUTOCAST_CALLS))
+def test_the_emulation_casts_as_the_installed_cuda_kernels_do(name):
+    if not hasattr(torch.ops.aten, name):
+        pytest.skip(f"torch {torch.__version__} has no aten::{name}")
+    call = AUTOCAST_CALLS[name]
+    with FakeTensorMode():
+        real = _cuda_autocast_dtype(call)
+        x = torch.empty(4, 4)
+        with CudaAutocast(torch.float16) as autocast, autocast.region():
+            emulated = call(x, x.half()).dtype
+    assert emulated == real
 
 
 def test_overhead_is_context_plus_what_the_allocator_reserves_beyond_the_peak():

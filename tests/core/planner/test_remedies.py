@@ -71,6 +71,15 @@ def test_the_table_and_json_say_what_does_not_fit_and_what_would(over_budget_pla
     assert data["remedies"][0]["train"]["peak_gib"] <= data["budget_gib"]
     assert data["traced_versions"]["torch"] == torch.__version__
     assert f"traced with torch {torch.__version__}" in table
+    assert data["untested_torch"] is None  # CI runs the tested versions only
+
+
+def test_a_plan_on_an_untested_torch_says_so_in_one_line(over_budget_plan, monkeypatch):
+    monkeypatch.setattr(torch, "__version__", "2.12.1")
+    warnings = [line for line in plan_table(over_budget_plan).splitlines() if "tested" in line]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("warning: torch 2.12.1 is outside the tested range torch>=2.13")
+    assert plan_json(over_budget_plan)["untested_torch"] == warnings[0]
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ the end-to-end tests at the bottom trace the tiny text classifier.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
 import sys
@@ -36,6 +37,10 @@ TINY_TEXT = (
     "hw.batch_size=4",
     "hw.val_batch_size=4",
     "data.max_length=32",
+)
+needs_bitsandbytes = pytest.mark.skipif(
+    importlib.util.find_spec("bitsandbytes") is None,
+    reason="8-bit AdamW is a remedy only where bitsandbytes is installed (extra bnb)",
 )
 # Between the tiny classifier's traced training peak at batch 4 on a T4 (669,410,918 B) and at
 # micro-batch 2 with accumulation (667,313,766 B, as validation at 4).
@@ -93,6 +98,7 @@ def test_a_run_that_fits_is_left_alone(formula):
     assert cfg == run_config()
 
 
+@needs_bitsandbytes
 def test_auto_applies_exactly_the_printed_overrides(formula):
     cfg, lines = run_config(), []
     outcome = fit_to_budget(
@@ -125,6 +131,7 @@ def test_off_refuses_with_the_remedies_listed(formula):
     assert cfg == run_config()
 
 
+@needs_bitsandbytes
 def test_a_cpu_rehearsal_says_what_the_gpu_run_would_apply_and_changes_nothing(formula):
     cfg, lines = run_config(), []
     outcome = fit_to_budget(
@@ -147,6 +154,7 @@ def test_nothing_that_fits_is_a_refusal_naming_the_closest(formula):
         fit_to_budget(run_config(), profile(2.0), rehearsal=False, conf_dir=CONF_DIR)
 
 
+@needs_bitsandbytes
 def test_the_decision_is_written_as_json(formula, tmp_path):
     outcome = fit_to_budget(run_config(), profile(15.0), rehearsal=False, conf_dir=CONF_DIR)
     path = write_fit_decision(tmp_path, outcome.record())
@@ -182,6 +190,7 @@ def test_the_fitted_run_is_the_run_with_the_printed_overrides(compose_config, ca
 
 
 @pytest.mark.slow
+@needs_bitsandbytes
 def test_a_rehearsed_run_writes_what_its_gpu_would_do(compose_config, formula):
     cfg = compose_config("+hw=t4", "hw.strict=false", *TINY_TEXT, "train=false")
     train(cfg)

@@ -8,6 +8,7 @@ profile would plan with another card's memory and kernels).
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 import re
@@ -47,6 +48,8 @@ class DeviceInfo:
     """Number of visible CUDA devices (0 for CPU)."""
     cpu_count: int
     """CPU cores this process may use."""
+    software: str | None = None
+    """CUDA only: "driver 550.54.15, CUDA runtime 13.0, cuDNN 9.24.0" (`cuda_software`)."""
 
     @property
     def bf16(self) -> bool:
@@ -62,6 +65,8 @@ class DeviceInfo:
             text += f", compute capability {self.capability[0]}.{self.capability[1]}"
         if self.count > 1:
             text += f", {self.count} devices"
+        if self.software is not None:
+            text += f"; {self.software}"
         return text
 
 
@@ -78,6 +83,40 @@ def host_memory_gib() -> float:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
     except (AttributeError, ValueError, OSError):
         return 0.0
+
+
+def nvidia_driver_version() -> str | None:
+    """The NVIDIA driver's version ("550.54.15") from NVML, None where NVML does not answer.
+
+    torch has no public call for it; NVML's library comes with every driver.
+    """
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if nvml.nvmlInit_v2() != 0:
+            return None
+        buffer = ctypes.create_string_buffer(96)
+        found = nvml.nvmlSystemGetDriverVersion(buffer, len(buffer)) == 0
+        nvml.nvmlShutdown()
+    except (OSError, AttributeError):
+        return None
+    return buffer.value.decode() if found else None
+
+
+def cudnn_version_text(version: int | None) -> str:
+    """cuDNN's integer version as text: 92400 → "9.24.0" (cuDNN 9), 8907 → "8.9.7" (cuDNN 8)."""
+    if not version:
+        return "none"
+    step = 10000 if version >= 90000 else 1000
+    major, rest = divmod(version, step)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def cuda_software() -> str:
+    """Driver, CUDA runtime and cuDNN versions, e.g. "driver 550.54.15, CUDA runtime 13.0,
+    cuDNN 9.24.0": a plan holds for a build; these tell which one a run used."""
+    driver = nvidia_driver_version() or "unknown"
+    cudnn = cudnn_version_text(torch.backends.cudnn.version())
+    return f"driver {driver}, CUDA runtime {torch.version.cuda}, cuDNN {cudnn}"
 
 
 def probe_device() -> DeviceInfo:
@@ -104,6 +143,7 @@ def probe_device() -> DeviceInfo:
         capability=(properties.major, properties.minor),
         count=torch.cuda.device_count(),
         cpu_count=cpu_count,
+        software=cuda_software(),
     )
 
 
@@ -181,6 +221,8 @@ def detect_profile(device: DeviceInfo, hw_dir: Path, *, display_root: Path) -> D
                 f"{device.memory_gib:.2f} GiB is nearest the profile's {planned:.1f} GiB "
                 f"→ profile {best.profile.name} ({best.source.file})"
             )
+            if device.software is not None:
+                reason += f"; {device.software}"
             return Detection(best.profile, best.raw, best.source, reason)
         why = (
             f"{device.name!r} has the name of profile {best.profile.name} but "

@@ -9,8 +9,11 @@ Casts of fp32 leaf tensors that require grad (the weights) are cached until the 
 ends, as CUDA's weight-cast cache does: under `16-mixed` every weight's fp16 copy stays alive
 through the forward pass.
 
-The lists are those of ATen's `autocast_mode.h` in the installed torch; `registered_cuda_ops`
-reads the installed build's own registrations so a test can tell when they drift apart.
+The lists are those of ATen's `autocast_mode.h` (the same in torch 2.13 and 2.14), plus the ops a
+torch version or a CUDA build registers outside them (`SINCE_VERSION_OPS`, `CUDA_BUILD_OPS`;
+docs/cuda_rules.md lists the rows that differ). `policy_ops` models the CUDA build of the installed
+torch's version: on a CUDA build it reads which ops autocast handles from the installed torch
+(`registered_cuda_ops`), on a CPU build from the table.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from packaging.version import Version
 from torch.utils._pytree import tree_flatten, tree_map
+
+from vramkit.core.planner.tested_torch import is_cuda_build
 
 LOWER_PRECISION_OPS = (
     "_convolution",
@@ -166,12 +172,30 @@ PROMOTE_OPS = (
 BANNED_OPS = ("binary_cross_entropy",)
 """Ops CUDA autocast refuses (they are unsafe in fp16)."""
 
+SINCE_VERSION_OPS = {"linalg_matrix_sqrth": ("fp32", (2, 14))}
+"""Ops `autocast_mode.cpp` registers outside the header's lists: op → (policy, first torch
+(major, minor) that has the op). `linalg_matrix_sqrth` is new in 2.14; its kernels take no 16-bit
+input, so CUDA autocast runs it in fp32 (checked on fake CUDA tensors, test_cuda_rules.py)."""
+
+CUDNN_RNN = "cudnn_rnn_fp16"
+"""Policy of `_cudnn_rnn` (`aten/src/ATen/cudnn/AutocastRNN.cpp`): input, hx and cx cast to fp16
+whatever the autocast dtype, the weights copied into one flat fp16 buffer on every call."""
+
+CUDA_BUILD_OPS = {"_cudnn_rnn": CUDNN_RNN}
+"""Ops only a CUDA build (compiled with cuDNN) registers a CUDA autocast kernel for. A CPU trace
+never calls `_cudnn_rnn` (an LSTM runs its cell composite there, whose `linear`s the
+lower-precision rule casts), so `CudaAutocast` installs no kernel for it."""
+
 _AUTOCAST_CPU = torch._C.DispatchKey.AutocastCPU
 _AUTOCAST_CPU_KEYS = torch._C.DispatchKeySet(_AUTOCAST_CPU)
 
 
-def policy_ops() -> dict[str, str]:
-    """Every op name in CUDA's autocast lists, mapped to its policy name."""
+def cuda_autocast_table(version: str | None = None, *, cuda_build: bool = True) -> dict[str, str]:
+    """CUDA autocast's ops → policy name for torch `version` (default: the installed one).
+
+    `cuda_build=False` gives what a CPU build of that version registers: no cuDNN ops.
+    """
+    release = Version(torch.__version__ if version is None else version).release[:2]
     policies: dict[str, str] = {}
     for names, policy in (
         (LOWER_PRECISION_OPS, "lower_precision"),
@@ -182,7 +206,29 @@ def policy_ops() -> dict[str, str]:
         (BANNED_OPS, "banned"),
     ):
         policies.update(dict.fromkeys(names, policy))
+    for name, (policy, since) in SINCE_VERSION_OPS.items():
+        if release >= since:
+            policies[name] = policy
+    if cuda_build:
+        policies.update(CUDA_BUILD_OPS)
     return policies
+
+
+def policy_ops() -> dict[str, str]:
+    """The ops the planner applies CUDA autocast to, mapped to their policy names.
+
+    They model the CUDA build of the installed torch's version: on a CUDA build, the ops it
+    registers (their policies from the table); on a CPU build, the table's rows for that build.
+    """
+    table = cuda_autocast_table()
+    if not is_cuda_build():
+        return table
+    return {name: table[name] for name in sorted(registered_cuda_ops()) if name in table}
+
+
+def unmodelled_cuda_ops() -> frozenset[str]:
+    """Ops the installed torch's CUDA autocast handles that the table has no policy for."""
+    return registered_cuda_ops() - set(cuda_autocast_table(cuda_build=is_cuda_build()))
 
 
 @functools.cache
@@ -238,12 +284,11 @@ class CudaAutocast:
     def __enter__(self) -> CudaAutocast:
         library = torch.library.Library("aten", "IMPL")
         policies = policy_ops()
-        installed = registered_cuda_ops()
         with warnings.catch_warnings():
             # Re-registering an op's AutocastCPU kernel warns once; it is the point here.
             warnings.simplefilter("ignore")
             for name, policy in policies.items():
-                if name in installed:
+                if policy != CUDNN_RNN:
                     library.impl(name, self._kernel(name, policy), "AutocastCPU")
             for name in registered_cpu_ops() - set(policies):
                 library.impl(name, torch.library.fallthrough_kernel, "AutocastCPU")

@@ -13,6 +13,7 @@ from vramkit.core.planner.plan import PhasePlan
 from vramkit.core.planner.remedies import Remedy
 from vramkit.core.planner.sharding import row_notes
 from vramkit.core.planner.task_plan import MemoryPlan
+from vramkit.core.planner.tested_torch import modelled_torch, untested_torch_warning
 from vramkit.core.tables import render_table
 from vramkit.core.units import GIB
 
@@ -140,6 +141,7 @@ def plan_json(plan: MemoryPlan) -> dict[str, Any]:
         "traces": plan.traces,
         "seconds": round(plan.seconds, 2),
         "traced_versions": traced_versions(),
+        "untested_torch": untested_torch_warning(),
     }
 
 
@@ -228,5 +230,10 @@ def plan_table(plan: MemoryPlan) -> str:
                     "which this change leaves as it is)"
                 )
     traced = ", ".join(f"{name} {version}" for name, version in traced_versions().items())
-    lines.append(f"({plan.traces} traces in {plan.seconds:.1f} s; traced with {traced})")
+    lines.append(
+        f"({plan.traces} traces in {plan.seconds:.1f} s; traced with {traced}; {modelled_torch()})"
+    )
+    untested = untested_torch_warning()
+    if untested is not None:
+        lines.append(untested)
     return "\n".join(lines)
