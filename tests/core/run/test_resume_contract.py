@@ -170,3 +170,9 @@ def test_the_yaml_defaults_are_the_settings_defaults():
     assert check_settings(conf.resume, ResumeSettings, key_prefix="resume.") == ResumeSettings()
     assert set(conf.resume) == set(defaults)
     assert conf.init_from is None
+
+
+def test_a_misspelt_resume_setting_is_refused_even_without_a_checkpoint(compose_config):
+    cfg = compose_config(*FIRST_RUN, "resume.allow_changes=maybe")
+    with pytest.raises(ConfigError, match=r"resume\.allow_changes"):
+        enforce_resume_contract(cfg)

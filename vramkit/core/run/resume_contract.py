@@ -126,15 +126,15 @@ def enforce_resume_contract(config: DictConfig) -> list[str]:
             ("ckpt_path", "init_from"),
         )
     key, path = ("ckpt_path", ckpt_path) if ckpt_path else ("init_from", init_from)
+    task = _task_config(config)
+    settings = resume_settings(task)  # a typo in resume.* is refused on any run
     if not path or config.get("backend", "torch") != "torch":
         return []
-    task = _task_config(config)
     checkpoint = _readable(key, Path(str(path)))
     recorded = _recorded_config(Path(str(path)))
     _check_same_model(key, Path(str(path)), checkpoint, task, recorded)
     if key != "ckpt_path" or not task.get("train", False):
         return []  # evaluation or new weights: nothing resumes
-    settings = resume_settings(task)
     changes = exactness_changes(recorded, task) if recorded is not None else []
     if not changes:
         return []
@@ -156,7 +156,8 @@ def resume_settings(cfg: DictConfig) -> ResumeSettings:
 def load_initial_weights(model: torch.nn.Module, path: str | Path) -> None:
     """Copy the weights of the checkpoint at ``path`` into ``model`` (``init_from``: a new run
     from trained weights, with a fresh optimizer and schedule). Shapes were checked at start."""
-    model.load_state_dict(read_checkpoint(path)["state_dict"], strict=True)
+    strict = getattr(model, "strict_loading", True)  # as Lightning loads it on a resume
+    model.load_state_dict(read_checkpoint(path)["state_dict"], strict=strict)
 
 
 def exactness_changes(previous: DictConfig, current: DictConfig) -> list[tuple[str, Any, Any]]:
