@@ -100,3 +100,21 @@ def test_a_sweep_mistake_is_refused_once_before_any_job(monkeypatch, capsys, tmp
     assert code == 2, err
     assert err.count("error: ") == 1 and "Traceback" not in err, err
     assert not logs.exists(), "no sweep folder, no job folder"
+
+
+def test_a_sweep_into_a_held_sweep_folder_is_refused_before_any_job(monkeypatch, capsys, tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    held = lock_run_folder(sweep)  # another sweep, still going
+    try:
+        code, err = _train_py(
+            monkeypatch,
+            capsys,
+            *("-m", "+hw=cpu", "debug=smoke", "trainer.max_epochs=1,2"),
+            f"hydra.sweep.dir={sweep}",
+        )
+    finally:
+        held.release()
+    assert code == 2, err
+    assert f"run folder {sweep} is in use by another run (pid {os.getpid()}" in err
+    assert list(sweep.iterdir()) == [], "no job folder, no multirun.yaml"

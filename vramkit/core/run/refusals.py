@@ -48,3 +48,16 @@ def refusals_as_messages() -> Iterator[None]:
             raise
         print(f"error: {error}", file=sys.stderr)
         sys.exit(EXIT_DIVERGED if isinstance(error, TrainingDiverged) else EXIT_REFUSED)
+
+
+@contextlib.contextmanager
+def refusals_before_the_sweep() -> Iterator[None]:
+    """Around a check of what every job of a sweep shares, before any job starts: a known refusal
+    ends the sweep with its message alone and exit status 2 (not once per job)."""
+    try:
+        yield
+    except REFUSALS as error:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(EXIT_REFUSED)

@@ -111,6 +111,14 @@ def withdraw_claim() -> bool:
     return withdrawn
 
 
+def release_claim() -> None:
+    """The run or sweep ended: let its folder go (the lock file goes with it)."""
+    global _claim
+    if _claim is not None:
+        _claim.lock.release()
+        _claim = None
+
+
 def _close_logs_in(folder: Path) -> None:
     # The job's file handler (train.log) is open; a removed log must not be written again.
     root = logging.getLogger()

@@ -1,11 +1,13 @@
-"""A Hydra callback that claims a single run's folder before Hydra writes into it.
+"""A Hydra callback that claims a run's folder (a sweep's: its sweep folder) before Hydra writes
+into it.
 
 ``on_run_start`` runs after composition and before Hydra resolves ``hydra.run.dir``, creates the
 folder, writes ``.hydra/`` and opens the log. Here the folder is resolved (OmegaConf caches the
 ``run_folder`` resolver, so Hydra gets the same folder), locked and its contents noted
 (:mod:`vramkit.core.run.run_folder_claim`): a second run in a held folder is refused in one line
 before it writes anything, and a refusal of this run removes what it wrote. A folder that cannot
-be created (a read-only ``paths.log_dir``) is refused the same way.
+be created (a read-only ``paths.log_dir``) is refused the same way. A sweep holds its sweep folder
+from ``on_multirun_start`` (after `SweepPrecheck`, so a refused sweep creates none) to its end.
 
 Only the launching process claims: the processes Lightning starts for DDP (``trainer=ddp_sim``)
 run ``train.py`` again in the same folder with ``LOCAL_RANK`` >= 1, and the processes of a
@@ -21,21 +23,34 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from vramkit.core.run.refusals import REFUSALS, refusals_as_messages
-from vramkit.core.run.run_folder_claim import claim_run_folder
+from vramkit.core.run.refusals import REFUSALS, refusals_as_messages, refusals_before_the_sweep
+from vramkit.core.run.run_folder_claim import claim_run_folder, release_claim
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 """Where launchers put a process's rank (as Lightning reads it for ``rank_zero_only``)."""
 
 
 class RunFolderGuard(Callback):
-    """Hydra callback: lock a single run's folder before Hydra writes into it."""
+    """Hydra callback: lock a single run's folder, or a sweep's, before Hydra writes into it."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not launching_process(os.environ):
             return
         with refusals_as_messages():
-            claim_run_folder(Path(resolved_run_dir(config)))
+            claim_run_folder(Path(resolved_folder(config, "hydra.run.dir")))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # The sweep's jobs live in numbered subfolders of the sweep folder it holds.
+        if not launching_process(os.environ):
+            return
+        with refusals_before_the_sweep():
+            claim_run_folder(Path(resolved_folder(config, "hydra.sweep.dir")))
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        release_claim()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        release_claim()
 
 
 def launching_process(environ: dict[str, str] | os._Environ) -> bool:
@@ -43,11 +58,12 @@ def launching_process(environ: dict[str, str] | os._Environ) -> bool:
     return all(int(environ.get(name, "0") or 0) == 0 for name in RANK_VARIABLES)
 
 
-def resolved_run_dir(config: DictConfig) -> str:
-    """``hydra.run.dir`` of ``config``, resolved (claimed); a refusal met while resolving it
-    (an unwritable ``paths.log_dir``) is raised as itself, not as OmegaConf's wrapper."""
+def resolved_folder(config: DictConfig, key: str) -> str:
+    """``key`` (``hydra.run.dir``, ``hydra.sweep.dir``) of ``config``, resolved (claimed); a
+    refusal met while resolving it (an unwritable ``paths.log_dir``) is raised as itself, not as
+    OmegaConf's wrapper."""
     try:
-        return str(OmegaConf.select(config, "hydra.run.dir"))
+        return str(OmegaConf.select(config, key))
     except Exception as error:
         cause = error.__cause__ or error.__context__
         while cause is not None and not isinstance(cause, REFUSALS):

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ from hydra.core.override_parser.types import ValueType
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from vramkit.core.run.refusals import EXIT_REFUSED, REFUSALS
+from vramkit.core.run.refusals import refusals_before_the_sweep
 from vramkit.core.run.resolve_hardware import resolve_hardware
 from vramkit.core.run.train import refuse_mistakes
 
@@ -38,13 +36,8 @@ class SweepPrecheck(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         overrides = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
-        try:
+        with refusals_before_the_sweep():
             check_first_job(kwargs.get("config_name"), first_job_overrides(overrides))
-        except REFUSALS as error:
-            if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                raise
-            print(f"error: {error}", file=sys.stderr)
-            sys.exit(EXIT_REFUSED)
 
 
 def first_job_overrides(overrides: Sequence[str]) -> list[str]:
