@@ -1,4 +1,5 @@
-"""Padding is ignored by the loss and never a correct cell; exact match needs the right size."""
+"""Padding is ignored by the loss and never a correct cell; exact match needs the right size;
+copying the input scores 0 on the changed cells."""
 
 from __future__ import annotations
 
@@ -36,14 +37,15 @@ def test_padding_is_never_a_correct_cell():
     target = _target(2, 2, colour=0)
     # predicting PAD everywhere "matches" the 896 padded cells but scores nothing
     all_pad = GridPrediction(cells=torch.full((1, 30, 30), PAD), size=torch.tensor([[2, 2]]))
-    counts = score_counts(all_pad, target, torch.tensor([[2, 2]]))
-    assert counts[:2].tolist() == [0.0, 4.0]
+    counts = score_counts(all_pad, target, torch.tensor([[2, 2]]), _target(2, 2, colour=1))
+    assert counts[:4].tolist() == [0.0, 4.0, 0.0, 4.0]
     # colour 0 (the background) inside the grid is a real cell
     zeros = GridPrediction(
         cells=crop_to_size(torch.zeros(1, 30, 30, dtype=torch.long), torch.tensor([[2, 2]])),
         size=torch.tensor([[2, 2]]),
     )
-    assert score_counts(zeros, target, torch.tensor([[2, 2]]))[:3].tolist() == [4.0, 4.0, 1.0]
+    counts = score_counts(zeros, target, torch.tensor([[2, 2]]), _target(2, 2, colour=1))
+    assert counts[[0, 1, 4]].tolist() == [4.0, 4.0, 1.0]
 
 
 def test_exact_match_needs_the_right_size_and_every_cell():
@@ -53,13 +55,14 @@ def test_exact_match_needs_the_right_size_and_every_cell():
         cells=crop_to_size(torch.full((1, 30, 30), 3), torch.tensor([[3, 2]])),
         size=torch.tensor([[3, 2]]),
     )
-    counts = score_counts(too_big, target, size)
-    assert counts.tolist() == [4.0, 4.0, 0.0, 0.0, 1.0]  # all cells right, wrong size
+    counts = score_counts(too_big, target, size, _target(2, 2, colour=1))
+    assert counts.tolist() == [4.0, 4.0, 4.0, 4.0, 0.0, 0.0, 1.0]  # all cells right, wrong size
     too_small = GridPrediction(
         cells=crop_to_size(torch.full((1, 30, 30), 3), torch.tensor([[1, 2]])),
         size=torch.tensor([[1, 2]]),
     )
-    assert score_counts(too_small, target, size)[:3].tolist() == [2.0, 4.0, 0.0]
+    counts = score_counts(too_small, target, size, _target(2, 2, colour=1))
+    assert counts[[0, 1, 4]].tolist() == [2.0, 4.0, 0.0]
 
 
 def test_scoreboard_micro_averages_cells():
@@ -73,10 +76,11 @@ def test_scoreboard_micro_averages_cells():
         cells=crop_to_size(torch.full((1, 30, 30), 1), torch.tensor([[1, 1]])),
         size=torch.tensor([[1, 1]]),
     )
-    board.add("", wrong, big, torch.tensor([[10, 10]]))
-    board.add("", right, small, torch.tensor([[1, 1]]))
+    board.add("", wrong, big, torch.tensor([[10, 10]]), big)
+    board.add("", right, small, torch.tensor([[1, 1]]), _target(1, 1, 0))
     scores = board.results()[""]
     assert scores["cell_acc"] == 1 / 101
+    assert scores["changed_cell_acc"] == 1.0  # the one cell that differs from its input
     assert scores["exact_match"] == 0.5 and scores["size_acc"] == 1.0
 
 
@@ -100,3 +104,23 @@ def test_feature_loss_ignores_padding_positions():
     assert losses["mse"] < 1e-10 and losses["cosine"] < 1e-6
     teacher[1, 0] += 1.0
     assert feature_distillation(student, teacher, mask)["mse"] > 0
+
+
+def test_copying_the_input_scores_zero_on_changed_cells():
+    query = _target(3, 3, colour=0)
+    query[0, 1, 1] = 5
+    target = _target(3, 4, colour=0)  # one colour changed, one column added
+    target[0, 0, 0] = 2
+    size = torch.tensor([[3, 4]])
+    copy = GridPrediction(cells=query, size=grid_size(query))
+    board = GridScoreboard()
+    board.add("copy_", copy, target, size, query)
+    # fix the changed colour and the centre (5 -> 0) but not the new column
+    partly = target.clone()
+    partly[0, :, 3] = 7
+    board.add("", GridPrediction(cells=partly, size=size), target, size, query)
+    results = board.results()
+    assert results["copy_"]["cell_acc"] == 7 / 12  # 9 copied cells, 2 of them changed
+    assert results["copy_"]["changed_cell_acc"] == 0.0
+    # changed: (0, 0), the centre, and the new column's 3 cells; the model has 2 of 5
+    assert results[""]["changed_cell_acc"] == 2 / 5

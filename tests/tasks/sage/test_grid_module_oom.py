@@ -17,6 +17,7 @@ import torch
 from vramkit.tasks.sage.arc_batching import FEATURES_KEY, collate_grid_items
 from vramkit.tasks.sage.arc_examples import ArcExample, EncodingSettings, example_item
 from vramkit.tasks.sage.distill_module import TEACHER, SageDistillModule
+from vramkit.tasks.sage.grid_metrics import SCORE_NAMES
 from vramkit.tasks.sage.grid_module import ArcTeacherModule
 from vramkit.tasks.sage.grid_transformer import GridTransformer
 
@@ -117,7 +118,7 @@ def test_split_validation_gives_the_same_scores_and_losses(oom_rehearsal, task):
     recovered, module = oom_rehearsal.validation_metrics(make_module, batches, val_above=1)
     assert module.oom_state.val_micro_batch == 1 and module.oom_state.val_recoveries == 2
     for prefix in ("", "copy_", *((TEACHER,) if features else ())):
-        for name in ("cell_acc", "exact_match", "size_acc"):
+        for name in SCORE_NAMES:
             # ratios of integer counts: exactly the same
             assert recovered[f"val/{prefix}{name}"] == reference[f"val/{prefix}{name}"]
     losses = [name for name in reference if not name.startswith("oom/")]

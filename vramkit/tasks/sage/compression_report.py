@@ -20,8 +20,7 @@ from torch.utils.data import Dataset
 from vramkit.core.tables import render_table
 from vramkit.tasks.sage.arc_batching import collate_grid_items
 from vramkit.tasks.sage.arc_examples import INPUT_KEYS
-
-SCORE_NAMES = ("cell_acc", "exact_match", "size_acc")
+from vramkit.tasks.sage.grid_metrics import SCORE_NAMES
 
 
 def count_parameters(module: nn.Module) -> int:

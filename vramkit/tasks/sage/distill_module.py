@@ -140,7 +140,9 @@ class SageDistillModule(GridModelModule):
         # the teacher's predictions of these very examples, cached at extraction
         if "teacher_cells" in batch:
             teacher = GridPrediction(cells=batch["teacher_cells"], size=batch["teacher_size"])
-            self.scoreboard.add(TEACHER, teacher, batch["target"], batch["target_size"])
+            self.scoreboard.add(
+                TEACHER, teacher, batch["target"], batch["target_size"], batch["query_grid"]
+            )
 
     def on_fit_end(self) -> None:
         if self.trainer.is_global_zero:

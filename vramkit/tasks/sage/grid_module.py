@@ -3,6 +3,7 @@
 Every module here reads only the input fields of a batch (``INPUT_KEYS``); the answer grid is
 used by the loss and the scores, never given to the network. Validation reports, for the model
 and for the copy-the-input baseline: ``val/cell_acc`` (answer cells, padding never counted),
+``val/changed_cell_acc`` (only the cells the answer changes from the input: copying scores 0),
 ``val/exact_match`` (whole grid, size included) and ``val/size_acc``
 (:mod:`vramkit.tasks.sage.grid_metrics`), and the loss and its parts.
 
@@ -28,7 +29,7 @@ from vramkit.core.optim.scheduled_module import OptimizerFactory, ScheduledOptim
 from vramkit.core.report.task_figures import ReportFigure
 from vramkit.tasks.sage.arc_examples import INPUT_KEYS
 from vramkit.tasks.sage.grid_loss import task_loss
-from vramkit.tasks.sage.grid_metrics import GridScoreboard
+from vramkit.tasks.sage.grid_metrics import SCORE_NAMES, GridScoreboard
 from vramkit.tasks.sage.grid_outputs import GridOutput, copy_prediction, predict_grid
 from vramkit.tasks.sage.grid_tokens import PAD
 from vramkit.tasks.sage.report_figures import grid_figures
@@ -93,7 +94,7 @@ class GridModelModule(ScheduledOptimization, OOMResilientModule):
     def logged_metrics(cls, model_cfg: Any = None) -> frozenset[str]:
         """Every metric name a run of this module may log (monitors are checked against it)."""
         losses = ("loss", *cls.MEAN_UNITS, *cls.EXTRA_LOSSES)
-        scores = [f"{p}{s}" for p in cls.SCORED for s in ("cell_acc", "exact_match", "size_acc")]
+        scores = [f"{p}{s}" for p in cls.SCORED for s in SCORE_NAMES]
         names = [f"train/{name}" for name in losses]
         names += [f"{phase}/{name}" for phase in ("val", "test") for name in (*losses, *scores)]
         return frozenset(names)
@@ -180,9 +181,9 @@ class GridModelModule(ScheduledOptimization, OOMResilientModule):
         means = self._means(output, batch)
         counts = unit_counts(batch)
         self.loss_totals.add(means, {name: counts[unit] for name, unit in self.MEAN_UNITS.items()})
-        target, target_size = batch["target"], batch["target_size"]
-        self.scoreboard.add(MODEL, predict_grid(output, batch["query_grid"]), target, target_size)
-        self.scoreboard.add(COPY, copy_prediction(batch["query_grid"]), target, target_size)
+        answer = batch["target"], batch["target_size"], batch["query_grid"]
+        self.scoreboard.add(MODEL, predict_grid(output, batch["query_grid"]), *answer)
+        self.scoreboard.add(COPY, copy_prediction(batch["query_grid"]), *answer)
         self._score_references(batch)
 
     def _score_references(self, batch: dict[str, torch.Tensor]) -> None:
@@ -201,7 +202,7 @@ class GridModelModule(ScheduledOptimization, OOMResilientModule):
 
         results = self.scoreboard.results(reduce_sum)
         for prefix, scores in results.items():
-            for name in ("cell_acc", "exact_match", "size_acc"):
+            for name in SCORE_NAMES:
                 self.log(f"{phase}/{prefix}{name}", scores[name], prog_bar=not prefix)
         self.last_scores = results
         means = self.loss_totals.means(reduce_sum)
