@@ -31,70 +31,82 @@ class Validations(L.Callback):
 
 
 class TermAt(L.Callback):
-    """SIGTERM to this process at the end of training step ``step`` or, with ``in_validation``,
-    at the end of the first validation batch after it."""
+    """SIGTERM to this process at the first ``hook`` (``train_batch_end``,
+    ``validation_batch_end`` or ``validation_end``) once training reached step ``step``."""
 
-    def __init__(self, step: int, in_validation: bool) -> None:
-        self.step, self.in_validation = step, in_validation
+    def __init__(self, step: int, hook: str) -> None:
+        self.step, self.hook = step, hook
         self.sent = False
 
-    def _send(self, trainer: L.Trainer) -> None:
-        if not self.sent and trainer.global_step >= self.step:
+    def _send(self, trainer: L.Trainer, hook: str) -> None:
+        if hook == self.hook and not self.sent and trainer.global_step >= self.step:
             self.sent = True
             os.kill(os.getpid(), signal.SIGTERM)
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        if not self.in_validation:
-            self._send(trainer)
+        self._send(trainer, "train_batch_end")
 
     def on_validation_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        if self.in_validation:
-            self._send(trainer)
+        self._send(trainer, "validation_batch_end")
+
+    def on_validation_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self._send(trainer, "validation_end")
 
 
 def _fit(folder: Path, *callbacks: L.Callback, **trainer_args: Any) -> dict[str, Any]:
-    """A 2-epoch fit ranking val/loss, resumed if ``folder`` has last.ckpt; what it ended with."""
+    """A 2-epoch fit ranking every epoch's val/loss, resumed if ``folder`` has last.ckpt; what it
+    ended with."""
     validations = Validations()
-    best = ModelCheckpoint(dirpath=folder / "best", monitor="val/loss", filename="{epoch}")
+    ranked = ModelCheckpoint(
+        dirpath=folder / "ranked", monitor="val/loss", filename="{epoch}", save_top_k=-1
+    )
     last = folder / "last.ckpt"
     _, model = fit(
         folder,
         ckpt_path=last if last.exists() else None,
         every_n_train_steps=None,
-        callbacks=[validations, best, *callbacks],
+        callbacks=[validations, ranked, *callbacks],
         **trainer_args,
     )
     return {
         "validations": validations.seen,
-        "best": (best.best_model_score, Path(best.best_model_path).name),
+        "best": (ranked.best_model_score, Path(ranked.best_model_path).name),
+        "ranked": {Path(path).name: float(score) for path, score in ranked.best_k_models.items()},
         "weights": weights(model),
     }
 
 
-# (training step the stop comes after, whether it comes during validation, Trainer settings)
+# (training step the stop comes after, the hook the signal comes in, Trainer settings)
 STOPS = {
-    "epoch_end": (STEPS_PER_EPOCH, False, {}),
-    "epoch_end_in_validation": (STEPS_PER_EPOCH, True, {}),
-    "mid_epoch_validation": (3, False, {"val_check_interval": 3}),
+    "epoch_end": (STEPS_PER_EPOCH, "train_batch_end", {}),
+    "epoch_end_in_validation": (STEPS_PER_EPOCH, "validation_batch_end", {}),
+    "mid_epoch_validation": (3, "train_batch_end", {"val_check_interval": 3}),
     # No pass follows this batch: the resumed fit must not add one.
-    "epoch_without_validation": (STEPS_PER_EPOCH, False, {"check_val_every_n_epoch": 2}),
+    "epoch_without_validation": (
+        STEPS_PER_EPOCH,
+        "train_batch_end",
+        {"check_val_every_n_epoch": 2},
+    ),
+    # After the pass: the run stops at the epoch's end, once the best checkpoint is ranked.
+    "after_validation": (STEPS_PER_EPOCH, "validation_end", {}),
 }
 
 
 @pytest.mark.parametrize("stop", STOPS.values(), ids=STOPS.keys())
 def test_a_stop_before_or_in_a_validation_resumes_into_it(stop, tmp_path):
-    step, in_validation, trainer_args = stop
+    step, hook, trainer_args = stop
     straight = _fit(tmp_path / "straight", **trainer_args)
     stopped_validations = Validations()
     with pytest.raises(RunStopped):
-        _fit(tmp_path / "run", stopped_validations, TermAt(step, in_validation), **trainer_args)
+        _fit(tmp_path / "run", stopped_validations, TermAt(step, hook), **trainer_args)
     saved = torch.load(tmp_path / "run" / "last.ckpt", weights_only=True)
     assert saved["global_step"] == step
-    if in_validation:  # stopped at the pass's first batch boundary, not at its end
+    if hook == "validation_batch_end":  # stopped at the pass's first batch boundary, not its end
         passed = saved["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]["current"]
         assert passed["processed"] == 0
     resumed = _fit(tmp_path / "run", **trainer_args)
     assert stopped_validations.seen + resumed["validations"] == straight["validations"]
+    assert resumed["ranked"] == straight["ranked"]
     assert resumed["best"] == straight["best"]
     assert same(resumed["weights"], straight["weights"])
 
