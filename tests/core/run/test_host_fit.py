@@ -136,3 +136,54 @@ def test_the_planned_host_memory_is_close_to_the_measured_rss(compose_config):
         predicted = planned[phase]["peak_gib"]
         # stated tolerance: the plan is within -10% / +25% of the measured peak RSS
         assert 0.9 * measured <= predicted <= 1.25 * measured, (phase, predicted, measured)
+
+
+@dataclass
+class _Parameters:
+    """A GPU plan's planner as the host check reads it: samples and a parameter count."""
+
+    count: int
+    samples: PhaseSamples
+
+    def parameter_count(self, setup) -> int:
+        return self.count
+
+
+ZERO2_OFFLOAD = {
+    "strategy": {
+        "_target_": "lightning.pytorch.strategies.DeepSpeedStrategy",
+        "stage": 2,
+        "offload_optimizer": True,
+    }
+}
+T4 = HardwareProfile(
+    name="t4", accelerator="gpu", precision="16-mixed", memory_gib=14.6, compute_capability="7.5"
+)
+
+
+def _gpu_check(monkeypatch, parameters: int, trainer: dict):
+    monkeypatch.setattr(fit_module, "process_baseline", lambda: BASELINE)
+    monkeypatch.setattr(
+        fit_module, "host_budget", lambda fraction: HostBudget(8 * GIB, 1.0, "test")
+    )
+    sample = {"x": torch.zeros(1, 3, 256, 256)}  # 0.75 MiB a sample
+    plan = SimpleNamespace(
+        planner=_Parameters(parameters, PhaseSamples(sample, sample, 100, 100)),
+        setup=SimpleNamespace(device="a GPU"),
+    )
+    cfg = OmegaConf.create({"trainer": trainer, "data": {"num_workers": 2, "pin_memory": True}})
+    return fit_module.check_gpu_host_memory(cfg, T4, plan, train_batch_size=100, val_batch_size=100)
+
+
+def test_a_gpu_runs_offloaded_optimizer_state_is_checked_against_the_host(monkeypatch):
+    # ZeRO-2 offload of 100 M parameters: 100 M × 16 × 1.5 = 2.4 GB on the host
+    fit = _gpu_check(monkeypatch, 10**8, ZERO2_OFFLOAD)
+    assert fit.train.offloaded == 24 * 10**8 and fit.train.step == 0
+    # 2 workers × 2 prefetched batches of 75 MiB, pinned in 128-MiB blocks
+    assert fit.train.pinned == 4 * 128 * 2**20
+    with pytest.raises(DoesNotFitError) as refused:
+        _gpu_check(monkeypatch, 10**9, ZERO2_OFFLOAD)  # 24 GB offloaded, 8 GiB of host
+    message = str(refused.value)
+    assert "trainer=deepspeed_zero2 (saves 22.35 GiB" in message
+    assert "hw.pin_memory=false (saves 0.50 GiB)" in message and "\n" not in message
+    assert _gpu_check(monkeypatch, 10**9, {}).train.offloaded == 0  # no offload: fits

@@ -30,11 +30,13 @@ from vramkit.core.planner.host_memory import (
     HostPhasePlan,
     HostPlanner,
     LoaderSettings,
+    host_budget,
+    offloaded_bytes,
     process_baseline,
 )
 from vramkit.core.planner.plan import TRAIN, VAL
 from vramkit.core.planner.remedies import propose_remedies
-from vramkit.core.planner.task_plan import MemoryPlan, plan_task
+from vramkit.core.planner.task_plan import MemoryPlan, plan_task, run_sharding
 from vramkit.core.run.append_overrides import append_overrides
 from vramkit.core.units import GIB
 
@@ -181,10 +183,11 @@ class HostFit:
 
     def line(self) -> str:
         """What was planned, for the run's log."""
+        traced = f" ({self.traces} traces in {self.seconds:.1f} s)" if self.traces else ""
         return (
-            f"host memory planned ({self.traces} traces in {self.seconds:.1f} s): train "
-            f"{self.train.summary()} at batch {self.train.batch_size}, val {self.val.summary()} "
-            f"at batch {self.val.batch_size}; budget {self.budget.describe()}"
+            f"host memory planned{traced}: train {self.train.summary()} at batch "
+            f"{self.train.batch_size}, val {self.val.summary()} at batch {self.val.batch_size}; "
+            f"budget {self.budget.describe()}"
         )
 
     def predictions(self, profile: HardwareProfile) -> dict[str, Any]:
@@ -298,3 +301,59 @@ def _host_refusal(
             "machine with more free memory"
         )
     return f"{head}. Remedies: {'; '.join(remedies)}"
+
+
+def check_gpu_host_memory(
+    cfg: DictConfig,
+    profile: HardwareProfile,
+    plan: MemoryPlan,
+    *,
+    train_batch_size: int,
+    val_batch_size: int,
+    typed: Callable[[str], str] = str,
+) -> HostFit | None:
+    """Check a GPU run's host memory: pinned batches, loader workers and the optimizer state
+    DeepSpeed offloads (`trainer=deepspeed_zero2_offload`), against this host's memory.
+
+    `plan` is the run's device plan (its planner and setup); the strategy is read from `cfg`'s
+    trainer. Returns the host plan; None where the host's memory cannot be read. Raises
+    `DoesNotFitError` (one line, with the remedies) when it does not fit.
+    """
+    budget = host_budget(profile.memory_budget_fraction)
+    if budget is None:
+        return None
+    started = time.perf_counter()
+    sharding = run_sharding(cfg, profile)
+    per_node = max(sharding.world_size // max(profile.num_nodes, 1), 1)
+    parameters = plan.planner.parameter_count(plan.setup)
+    node_offload = offloaded_bytes(sharding.strategy, parameters, per_node)
+    host = HostPlanner(
+        plan.planner,
+        plan.setup,
+        loader_settings(cfg, profile),
+        baseline=process_baseline(),
+        processes=per_node,
+        offloaded=node_offload // per_node,
+    )
+    train = host.plan(TRAIN, train_batch_size, val_batch_size)
+    val = host.plan(VAL, val_batch_size, train_batch_size)
+    fit = HostFit(train, val, budget, 0, time.perf_counter() - started)
+    over = max(train, val, key=lambda p: p.total)
+    if over.total <= budget.budget:
+        return fit
+    remedies = []
+    if over.pinned:
+        remedies.append(f"{typed('hw.pin_memory=false')} (saves {over.pinned / GIB:.2f} GiB)")
+    if over.workers:
+        remedies.append(f"{typed('hw.num_workers=0')} (saves {over.workers / GIB:.2f} GiB)")
+    if over.offloaded:
+        remedies.append(
+            f"a trainer without CPU offload, e.g. trainer=deepspeed_zero2 (saves "
+            f"{over.offloaded * over.processes / GIB:.2f} GiB of host memory, takes GPU memory)"
+        )
+    if not remedies:
+        remedies.append("free host memory, or a machine with more")
+    raise DoesNotFitError(
+        f"the run does not fit this host's memory: {over.phase} needs {over.summary()}, over the "
+        f"budget of {budget.describe()}. Remedies: {'; '.join(remedies)}"
+    )

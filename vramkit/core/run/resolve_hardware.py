@@ -113,6 +113,8 @@ def _settle(
         profile = _fit_host_memory(cfg, profile, requested.source)
     planned = _planned_batch_sizes(cfg, profile, plan) if plan_batches else profile
     resolved = resolve_batch_sizes(planned, cfg, source=requested.source)
+    if plan is not None:
+        _check_gpu_host_memory(cfg, resolved, plan)
     with open_dict(cfg):
         cfg.hw = dataclasses.asdict(resolved)
     return resolved
@@ -203,6 +205,24 @@ def _fit_host_memory(
             )
     _write_memory_plan(cfg, fit.predictions(profile))
     return dataclasses.replace(profile, batch_size=sizes[0], val_batch_size=sizes[1])
+
+
+def _check_gpu_host_memory(cfg: DictConfig, profile: HardwareProfile, plan: MemoryPlan) -> None:
+    """Pinned batches, loader workers and DeepSpeed's offloaded state against the host's memory;
+    raises `DoesNotFitError` with the remedies when they do not fit."""
+    from vramkit.core.run.fit_to_budget import check_gpu_host_memory
+
+    typed = _typed_override(HydraConfig.initialized() and _hydra_hw_context()[0] is None)
+    fit = check_gpu_host_memory(
+        cfg,
+        profile,
+        plan,
+        train_batch_size=int(profile.batch_size),
+        val_batch_size=int(profile.val_batch_size),
+        typed=typed,
+    )
+    if fit is not None:
+        _echo(fit.line())
 
 
 def _plannable(cfg: DictConfig) -> bool:
