@@ -4,6 +4,7 @@ byte-identical and no new run folder appears."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import os
 import subprocess
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TINY = ("+hw=cpu", "debug=smoke", "logger=csv")
@@ -88,3 +90,27 @@ def test_wrong_checkpoints_are_refused_before_anything_is_written(tmp_path, shar
 
     assert _tree_hash(run) == before
     assert list(runs.iterdir()) == [run]
+
+    # Allowed, the changes are printed and recorded; the lr stays the checkpoint's, and the
+    # resume's config says so: the warm-up goes on from step 4 at the first run's 0.004 / 50.
+    allowed = _run(
+        "train.py",
+        f"ckpt_path={last}",
+        "model.optimizer.lr=0.01",
+        "hw.batch_size=2",
+        "trainer.max_epochs=2",
+        "resume.allow_changes=true",
+        **paths,
+    )
+    assert allowed.returncode == 0, allowed.stderr[-3000:]
+    assert "resume: applying hw.batch_size: auto -> 2" in allowed.stderr
+    recorded = OmegaConf.load(run / "resolved_config.resume_1.yaml")
+    assert recorded.resume.changes == ["hw.batch_size: auto -> 2"]
+    assert (recorded.model.optimizer.lr, recorded.data.batch_size) == (0.004, 2)
+    with (run / "csv" / "version_1" / "metrics.csv").open() as handle:
+        rates = {
+            int(row["step"]): float(row["lr-AdamW"])
+            for row in csv.DictReader(handle)
+            if row["lr-AdamW"]
+        }
+    assert rates[4] == pytest.approx(0.004 * 5 / 50)
