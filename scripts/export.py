@@ -16,6 +16,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
 from vramkit.core.run.refusals import refusals_as_messages
 from vramkit.core.run.resolvers import register_resolvers
 from vramkit.tasks.text_detection.export_checkpoint import RECORD_NAME, export_checkpoint
@@ -26,6 +27,8 @@ register_resolvers()  # before Hydra composes: the config reads the settled prof
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export")
 def main(cfg: DictConfig) -> None:
     with refusals_as_messages():
+        # other libraries' chatter off unless verbose=true (a bad value is refused, before work)
+        hide_library_chatter(output_settings(cfg.get("verbose"), config_file="conf/export.yaml"))
         record = export_checkpoint(cfg)
     summary = {
         name: {key: scores[key] for key in ("hmean", "max_abs_prob_diff") if key in scores}

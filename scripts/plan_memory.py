@@ -27,6 +27,7 @@ with long_lived_imports(freeze=__name__ == "__main__"):
     from vramkit.core.planner import PlanningError, plan_json, plan_table, plan_task
     from vramkit.core.planner.task_defaults import task_batch_default
     from vramkit.core.run.compose import CONF_DIR, compose_config
+    from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
     from vramkit.core.run.resolve_hardware import requested_profile
 
 
@@ -61,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(argv)
     try:
         cfg = compose_config("train", overrides)
+        # other libraries' chatter off unless verbose=true (a bad value: exit 2 below)
+        hide_library_chatter(output_settings(cfg.get("verbose"), config_file="conf/train.yaml"))
         profile = requested_profile(cfg, conf_dir=CONF_DIR).profile
         plan = plan_task(
             cfg,

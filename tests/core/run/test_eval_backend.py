@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from vramkit.core.config.schema import ConfigError
@@ -48,11 +51,27 @@ def test_the_onnx_backend_node_swaps_the_network(tmp_path):
     model.write_bytes(b"")
     settings = backend_settings(_cfg(backend="onnxruntime", onnx_path=str(model), onnx_threads=1))
     cfg = _cfg(onnx_backend={"_target_": f"{__name__}.record_swap"})
-    swapped, checkpoint = prepare_model(cfg, {"net": "torch"}, settings)
-    assert checkpoint is None  # the export's weights: no checkpoint to load
+    swapped = prepare_model(cfg, {"net": "torch"}, settings)
     assert swapped == {"net": ("onnx", str(model), 1)}
 
 
 def record_swap(module, *, onnx_path, threads):
     """A stand-in for a task's onnx_backend function."""
     return {**module, "net": ("onnx", str(onnx_path), threads)}
+
+
+def test_the_torch_backend_loads_the_checkpoint_weights_only(tmp_path):
+    trained = torch.nn.Linear(3, 2)
+    ckpt = tmp_path / "last.ckpt"
+    torch.save({"state_dict": trained.state_dict(), "callbacks": {"Any": {"step": 3}}}, ckpt)
+    settings = backend_settings(_cfg(backend="torch", ckpt_path=str(ckpt)))
+    model = prepare_model(_cfg(), torch.nn.Linear(3, 2), settings)
+    assert torch.equal(model.weight, trained.weight) and torch.equal(model.bias, trained.bias)
+    # weights_only: a checkpoint holding an arbitrary object is refused, not unpickled
+    torch.save({"state_dict": trained.state_dict(), "payload": Payload()}, ckpt)
+    with pytest.raises(pickle.UnpicklingError):
+        prepare_model(_cfg(), torch.nn.Linear(3, 2), settings)
+
+
+class Payload:
+    """An object only a full unpickling (code from the file) could rebuild."""

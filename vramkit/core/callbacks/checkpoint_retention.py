@@ -161,7 +161,8 @@ class CheckpointRetention(L.Callback):
         if (trainer.current_epoch + 1) % self.every_n_epochs != 0:
             return
         path = self.folder / f"{PERIODIC_PREFIX}{trainer.current_epoch:03d}.ckpt"
-        trainer.save_checkpoint(path)
+        # a full checkpoint; left unset, Lightning logs a line saying it chose that
+        trainer.save_checkpoint(path, weights_only=False)
         self._prune(trainer)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -214,7 +214,8 @@ class ResumeCheckpoint(ModelCheckpoint):
         )
 
     def _write(self, trainer: L.Trainer, reason: str) -> None:
-        trainer.save_checkpoint(self.path)
+        # resumable; left unset, Lightning logs a line saying it chose that
+        trainer.save_checkpoint(self.path, weights_only=False)
         self._written_at = time.monotonic()
         self.last_model_path = self.best_model_path = str(self.path)
         log.debug("wrote %s at step %d (%s)", self.path, trainer.global_step, reason)

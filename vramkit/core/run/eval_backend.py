@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from omegaconf import DictConfig
 
 from vramkit.core.config.instantiate import instantiate
@@ -61,15 +62,21 @@ def backend_settings(cfg: DictConfig) -> EvalBackendSettings:
     )
 
 
-def prepare_model(
-    cfg: DictConfig, model: Any, settings: EvalBackendSettings
-) -> tuple[Any, str | None]:
-    """``model`` ready for the backend, and the checkpoint Lightning should load into it.
+def prepare_model(cfg: DictConfig, model: Any, settings: EvalBackendSettings) -> Any:
+    """``model`` ready for the backend: the checkpoint's weights loaded (backend=torch), or its
+    network swapped for the export (backend=onnxruntime, whose weights are the export's).
 
-    With onnxruntime no checkpoint is loaded: the weights are those of the export.
+    The checkpoint is read here, once, with ``weights_only=True`` (tensors and plain values,
+    no code), rather than by ``trainer.validate(ckpt_path=...)`` and again by
+    ``trainer.predict``: Lightning would also restore the training callbacks' states and
+    warn, twice, that the callbacks which wrote them are missing, which evaluation never needs.
     """
     if settings.backend == "torch":
-        return model, str(settings.ckpt_path)
+        checkpoint = torch.load(settings.ckpt_path, map_location="cpu", weights_only=True)
+        # as strictly as Lightning's own loading (a LightningModule's strict_loading)
+        strict = getattr(model, "strict_loading", True)
+        model.load_state_dict(checkpoint["state_dict"], strict=strict)
+        return model
     node = cfg.get("onnx_backend")
     if node is None:
         raise ConfigError(
@@ -78,4 +85,4 @@ def prepare_model(
             "use backend=torch"
         )
     swap = instantiate(node, _partial_=True)
-    return swap(model, onnx_path=settings.onnx_path, threads=settings.onnx_threads), None
+    return swap(model, onnx_path=settings.onnx_path, threads=settings.onnx_threads)

@@ -12,11 +12,15 @@ from omegaconf import DictConfig
 from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.eval_backend import backend_settings, prepare_model
+from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
 from vramkit.core.run.loggers import finish_wandb
 from vramkit.core.run.resolve_hardware import resolve_hardware
 from vramkit.core.run.resume_contract import enforce_resume_contract
 
 log = logging.getLogger(__name__)
+
+SCORES_NAME = "scores.json"
+"""The metrics of an evaluation, written into its folder (``logs/<task>/evals/<time>/``)."""
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
@@ -25,8 +29,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     A task whose config has a ``prediction_writer`` node (text detection: ICDAR 2015
     ``res_<name>.txt`` files) also predicts, and the writer saves the predictions into
-    ``cfg.predictions_dir``.
+    ``cfg.predictions_dir``. The metrics are also written to ``scores.json`` in the run folder.
     """
+    # Other libraries' chatter off unless verbose=true (a bad value is refused here, before work).
+    hide_library_chatter(output_settings(cfg.get("verbose"), config_file="conf/eval.yaml"))
     backend = backend_settings(cfg)
     enforce_resume_contract(cfg)  # a readable checkpoint of this task and model, checked first
     # Evaluation never trains: a planner's training-phase search would only cost time.
@@ -36,7 +42,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         L.seed_everything(cfg.seed, workers=True)
 
     datamodule = instantiate(cfg.data)
-    model, checkpoint = prepare_model(cfg, instantiate(cfg.model), backend)
+    model = prepare_model(cfg, instantiate(cfg.model), backend)
     loggers = instantiate_group(cfg.get("logger"))
     writer_node = cfg.get("prediction_writer")
     callbacks = (
@@ -44,14 +50,14 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     )
     trainer: L.Trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=callbacks)
     try:
-        (metrics,) = trainer.validate(model, datamodule=datamodule, ckpt_path=checkpoint)
+        (metrics,) = trainer.validate(model, datamodule=datamodule)
         if callbacks:
-            trainer.predict(
-                model, datamodule=datamodule, ckpt_path=checkpoint, return_predictions=False
-            )
+            trainer.predict(model, datamodule=datamodule, return_predictions=False)
     finally:
         finish_wandb()
     result = {name: float(value) for name, value in metrics.items()}
-    log.info("evaluated with backend=%s", backend.backend)
+    scores = Path(cfg.paths.output_dir) / SCORES_NAME
+    scores.write_text(json.dumps(result, indent=2) + "\n")
+    log.info("evaluated with backend=%s; scores in %s", backend.backend, scores)
     print(json.dumps(result))
     return result

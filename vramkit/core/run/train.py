@@ -23,6 +23,7 @@ from vramkit.core.distributed.sync_batchnorm import (
 )
 from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.fit_to_budget import write_fit_decision
+from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
 from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.requeue import requeued_checkpoint
 from vramkit.core.run.resolve_hardware import resolve_hardware
@@ -42,6 +43,8 @@ def train(cfg: DictConfig) -> float | None:
     no checkpoint ranks them), which is what a Hydra sweep optimises.
     """
     quiet_other_processes()  # a DDP process of rank > 0 repeats rank 0's lines
+    # Other libraries' chatter off unless verbose=true (a bad value is refused here, before work).
+    hide_library_chatter(output_settings(cfg.get("verbose"), config_file="conf/train.yaml"))
     # Mistakes first, then hardware: a bad value, a misspelt key or a profile the machine cannot
     # honour must stop the run before any planning, data or model work.
     refuse_mistakes(cfg)
