@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
+from torch.utils.data import DataLoader
 
 from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.callbacks.working_set import callbacks_of_type
@@ -131,6 +132,7 @@ class MemoryMonitor(L.Callback):
         self._read_at = -math.inf  # time.monotonic() of the guard's last reading
         self.records = {phase: _PhaseRecord() for phase in PHASES}
         self._epoch: dict[str, MemoryReading | None] = dict.fromkeys(PHASES)
+        self._workers = dict.fromkeys(PHASES, 0)  # loader processes of each phase
         self._device: torch.device | None = None
         self._peak_resets = True  # False where the host peak cannot be reset (counts from start)
         self._training = False  # a training epoch is under way
@@ -197,6 +199,7 @@ class MemoryMonitor(L.Callback):
 
     # Phase boundaries: a phase's peak is read where it ends, and reset where one starts.
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._workers["train"] = loader_workers(trainer.train_dataloader)
         self._start("train")
         self._training = True
 
@@ -206,6 +209,7 @@ class MemoryMonitor(L.Callback):
         if self._training:
             self._sample("train")  # a validation inside the epoch ends a stretch of training
             self._training = False
+        self._workers["val"] = loader_workers(trainer.val_dataloaders)
         self._start("val")
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -224,6 +228,7 @@ class MemoryMonitor(L.Callback):
         self._log(trainer, pl_module, "train")
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._workers["test"] = loader_workers(trainer.test_dataloaders)
         self._start("test")
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -235,15 +240,20 @@ class MemoryMonitor(L.Callback):
             print(self.table())
 
     def table(self) -> str:
-        """The run's memory per phase as a plain-text table (GiB)."""
+        """The run's memory per phase as a plain-text table (GiB).
+
+        On a CPU the resident set is the main process's (``/proc/self/status``): each loader
+        worker is a process of its own, not counted here; the table gives how many there were.
+        Resetting the peak at each phase start (``clear_refs``) also resets the maximum that
+        ``/usr/bin/time`` and ``getrusage`` report for the process: they show the peak since the
+        last reset, which can be well below this table's."""
         cuda = self._device is not None and self._device.type == "cuda"
         title = "Memory per phase (GiB)"
         if not cuda and not self._peak_resets:
             title += ": host peaks count from process start"
-        columns = ["phase", "peak allocated" if cuda else "peak RSS"]
+        columns = ["phase", "peak allocated" if cuda else "peak RSS, main process"]
         columns.append("allocated at end" if cuda else "RSS at end")
-        if cuda:
-            columns.append("peak reserved")
+        columns.append("peak reserved" if cuda else "loader workers, not counted")
         columns.append("epochs")
         rows = []
         for phase, record in self.records.items():
@@ -252,6 +262,8 @@ class MemoryMonitor(L.Callback):
             row = [phase, f"{gib(record.run.peak):.3f}", f"{gib(record.run.current):.3f}"]
             if cuda:
                 row.append(f"{gib(record.run.reserved_peak):.3f}")
+            else:
+                row.append(str(self._workers[phase]))
             rows.append([*row, str(record.epochs)])
         return render_table(columns, rows, title=title)
 
@@ -299,6 +311,17 @@ class MemoryMonitor(L.Callback):
                 reduce_fx="max",
                 sync_dist=trainer.world_size > 1,
             )
+
+
+def loader_workers(loaders: Any) -> int:
+    """Loader worker processes behind a phase's dataloader, or a list or dict of them."""
+    if isinstance(loaders, DataLoader):
+        return loaders.num_workers
+    if isinstance(loaders, Mapping):
+        loaders = list(loaders.values())
+    if isinstance(loaders, (list, tuple)):
+        return sum(loader_workers(loader) for loader in loaders)
+    return 0
 
 
 def read_cuda_allocator(device: torch.device) -> MemoryReading:
