@@ -42,7 +42,7 @@ class _StepPerSample:
 
     def measure(self, phase: str, batch_size: int, setup: RunSetup) -> SimpleNamespace:
         self.traces += 1
-        return SimpleNamespace(peak=int(batch_size * GIB / CPU_STEP_ALLOWANCE))
+        return SimpleNamespace(peak=int(batch_size * GIB / CPU_STEP_ALLOWANCE), allocated={})
 
 
 @pytest.fixture

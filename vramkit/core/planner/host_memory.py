@@ -9,8 +9,9 @@ that DeepSpeed offloads. `plan_host_memory` adds those up from a device plan (`M
   has imported torch, Lightning, Hydra and the task's code and holds its data); at least
   `IMPORT_BASELINE_BYTES`.
 - step: on the `cpu` profile everything the trace sees (parameters, gradients, optimizer state,
-  activations and the batch), i.e. the device plan applied to the host, times
-  `CPU_STEP_ALLOWANCE`; validation inside fit keeps the training step's; 0 on a GPU.
+  activations and the batch), i.e. the device plan applied to the host, with activations and
+  temporaries times `CPU_STEP_ALLOWANCE`; validation inside fit keeps the training step's; 0 on
+  a GPU.
 - offloaded: DeepSpeed's host copy under ZeRO offload, by DeepSpeed's own estimators
   (`estimate_zero2_model_states_mem_needs`, `estimate_zero3_model_states_mem_needs`):
   parameters × max(4 × GPUs per node, 16) bytes (18 with parameter offload) × 1.5 buffers.
@@ -42,6 +43,7 @@ import torch
 
 from vramkit.core.hardware.memory_stats import read_host_memory, read_host_room
 from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, largest_fitting
+from vramkit.core.planner.recorder import GRADIENTS, OPTIMIZER_STATE, PARAMETERS
 from vramkit.core.planner.run_setup import RunSetup
 from vramkit.core.units import GIB
 
@@ -56,12 +58,16 @@ WORKER_BASELINE_BYTES = 64 * 2**20
 interpreter it writes (its own heap, torch's per-process state). Measured as a worker's
 proportional set (Pss) on this project's loaders: 40-60 MiB; 64 MiB is the planned allowance."""
 
+MODEL_STATES = (PARAMETERS, GRADIENTS, OPTIMIZER_STATE)
+"""What a step allocates once and keeps: counted on the host as traced."""
+
 CPU_STEP_ALLOWANCE = 1.75
-"""Resident bytes a step run on the CPU adds per byte its trace holds at the peak: glibc's
-allocator keeps the blocks a step frees for reuse (fragmented across sizes) and CPU kernels take
-scratch buffers no trace sees. Measured with `python train.py task=text_classification +hw=cpu
-data.max_length=256 logger=csv hw.num_workers=0` at batch 64 and 128 (peak RSS minus the
-baseline over the traced step: 1.72 and 1.73)."""
+"""Resident bytes a step run on the CPU adds per byte of activations, temporaries and batch
+its trace holds at the peak: glibc's allocator keeps the blocks a step frees for reuse
+(fragmented across sizes) and CPU kernels take scratch buffers no trace sees. Measured with
+`python train.py task=text_classification +hw=cpu data.max_length=256 logger=csv
+hw.num_workers=0` at batch 64 and 128 (peak RSS minus the baseline over the traced step: 1.72
+and 1.73)."""
 
 DEFAULT_PREFETCH_FACTOR = 2
 """torch's DataLoader default: batches each worker prepares ahead."""
@@ -300,12 +306,11 @@ class HostPlanner:
         other = VAL if phase == TRAIN else TRAIN
         step = 0
         if self.on_host:
-            step = self.planner.measure(phase, batch_size, self.setup).peak
+            step = self._resident_step(phase, batch_size)
             if phase == VAL:
                 # glibc returns little of what training freed to the kernel: a validation inside
                 # fit keeps the training step's resident set
-                step = max(step, self.planner.measure(TRAIN, other_batch_size, self.setup).peak)
-            step = math.ceil(step * CPU_STEP_ALLOWANCE)
+                step = max(step, self._resident_step(TRAIN, other_batch_size))
         idle = (self._loader(other, other_batch_size),) if self.loaders.persistent_workers else ()
         plan = plan_host_phase(
             phase,
@@ -327,6 +332,13 @@ class HostPlanner:
             upper,
             upper_first=True,
         )
+
+    def _resident_step(self, phase: str, batch_size: int) -> int:
+        """The resident set a step run on the host adds: the model states as traced, the rest
+        (activations, temporaries, the batch) times `CPU_STEP_ALLOWANCE`."""
+        traced = self.planner.measure(phase, batch_size, self.setup)
+        states = sum(traced.allocated.get(kind, 0) for kind in MODEL_STATES)
+        return states + math.ceil((traced.peak - states) * CPU_STEP_ALLOWANCE)
 
     def _loader(self, phase: str, batch_size: int) -> LoaderMemory:
         samples = self.planner.samples

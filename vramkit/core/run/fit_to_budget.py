@@ -295,7 +295,7 @@ def _host_refusal(
         remedies.append(f"{typed(f'hw.{key}={fitting}')} ({size:.2f} GiB)")
     if over.workers:
         remedies.append(f"{typed('hw.num_workers=0')} (saves {over.workers / GIB:.2f} GiB)")
-    if not remedies:
+    if not fitting:
         remedies.append(
             "at batch size 1 it still needs more: a smaller model or shorter inputs, or a "
             "machine with more free memory"
