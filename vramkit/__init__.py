@@ -10,3 +10,13 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``vramkit.plan`` (`vramkit.api.plan`), imported on first use: ``import vramkit`` stays
+    cheap, and every entry point imports vramkit before anything else."""
+    if name == "plan":
+        from vramkit.api import plan
+
+        return plan
+    raise AttributeError(f"module 'vramkit' has no attribute {name!r}")

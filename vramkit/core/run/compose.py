@@ -15,10 +15,9 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from vramkit.core.run.resolvers import REPO_ROOT, register_resolvers
+from vramkit.core.run.resolvers import CONF_DIR, REPO_ROOT, register_resolvers
 
-CONF_DIR = REPO_ROOT / "conf"
-"""The config tree ``train.py`` and ``eval.py`` compose from."""
+__all__ = ["CONF_DIR", "REPO_ROOT", "compose_config", "forget_composition"]
 
 
 def compose_config(

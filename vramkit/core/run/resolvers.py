@@ -6,7 +6,8 @@
   ``python train.py +hw=t4 --cfg job --resolve`` prints the batch sizes, precision and workers a
   run on a T4 uses, without starting one.
 - ``${project_root:}``: the repository, where ``conf/``, ``data/`` and ``logs/`` live
-  (``PROJECT_ROOT`` in the environment moves it).
+  (``PROJECT_ROOT`` in the environment moves it; an installed package: the current folder).
+- ``${conf_dir:}``: the config tree, in a checkout or in an installed package (`CONF_DIR`).
 - ``${run_folder:<runs folder>,${ckpt_path}}`` and ``${run_record:<run folder>,<name>}``: a run
   folder of its own, the resumed run's folder again, and record names that keep the first run's
   (:mod:`vramkit.core.run.run_folder`).
@@ -29,6 +30,10 @@ from vramkit.core.run.run_folder import record_name, run_folder
 REPO_ROOT = Path(__file__).resolve().parents[3]
 """The repository (an editable install's checkout): where ``conf/`` lives."""
 
+CONF_DIR = (Path(__file__).resolve().parents[2] / "conf").resolve()
+"""The config tree: in a checkout ``vramkit/conf`` links to the repository's ``conf/`` (resolved
+to it, so messages name ``conf/...``); an installed wheel ships it as package data there."""
+
 # Previews: configs resolved by something other than a run (``--cfg job --resolve``, a test that
 # instantiates a node), each planned once. Keyed by id, with a weak reference that tells a live
 # config from a dead one whose id was reused.
@@ -41,6 +46,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("resolved_hw", resolved_hw)
     if not OmegaConf.has_resolver("project_root"):
         OmegaConf.register_new_resolver("project_root", project_root)
+    if not OmegaConf.has_resolver("conf_dir"):
+        OmegaConf.register_new_resolver("conf_dir", lambda: str(CONF_DIR))
     if not OmegaConf.has_resolver("optuna_direction"):
         OmegaConf.register_new_resolver("optuna_direction", optuna_direction)
     if not OmegaConf.has_resolver("run_folder"):
@@ -58,8 +65,11 @@ def optuna_direction(monitor_mode: str) -> str:
 
 
 def project_root() -> str:
-    """``PROJECT_ROOT`` from the environment, else the repository holding ``conf/``."""
-    return os.environ.get("PROJECT_ROOT") or str(REPO_ROOT)
+    """``PROJECT_ROOT`` from the environment, else the repository holding ``conf/``; an installed
+    package (its configs are package data) keeps data and logs below the current folder."""
+    if os.environ.get("PROJECT_ROOT"):
+        return os.environ["PROJECT_ROOT"]
+    return str(REPO_ROOT) if CONF_DIR == REPO_ROOT / "conf" else os.getcwd()
 
 
 def resolved_hw(key: str, _root_: DictConfig) -> Any:

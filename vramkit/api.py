@@ -1,0 +1,243 @@
+"""Plan a plain Lightning project's GPU memory from Python, no Hydra: ``vramkit.plan(...)``.
+
+    import vramkit
+    plan = vramkit.plan(MyModule, MyDataModule(), hw="t4")
+    print(plan.train.batch_size, plan.train.peak_gib, plan.fits)
+
+The module is traced on fake tensors (nothing is allocated, no GPU needed) for two optimizer
+steps and a validation step under the profile's CUDA rules; "auto" batch sizes (every GPU
+profile's default) are searched: the largest that fit the profile's budget. ``plan.to_json()``
+is what ``vramkit plan --json`` prints for the same module and data.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from vramkit.core.config.source import closest
+from vramkit.core.hardware.profile import (
+    AUTO,
+    HardwareProfile,
+    ProfileError,
+    ProfileSource,
+    validate_profile,
+)
+from vramkit.core.planner import MemoryPlan, PhasePlan, plan_json, plan_table, plan_task
+from vramkit.core.planner.batches import PhaseSamples, sample_batches
+from vramkit.core.run.resolvers import CONF_DIR
+from vramkit.core.units import GIB
+
+ModuleSource = L.LightningModule | Callable[[], L.LightningModule]
+"""A LightningModule instance, or a class / function that builds one with no arguments."""
+
+
+def profile_names() -> list[str]:
+    """The hardware profiles shipped in ``conf/hw`` ("t4", "rtx4090_laptop", ...)."""
+    return sorted(path.stem for path in (CONF_DIR / "hw").glob("*.yaml"))
+
+
+def load_profile(name: str) -> HardwareProfile:
+    """The hardware profile ``conf/hw/<name>.yaml``, validated; a `ProfileError` naming the
+    closest profile when there is none of that name."""
+    names = profile_names()
+    if name not in names:
+        near = closest(name, names)
+        hint = f"did you mean {near}? " if near else ""
+        raise ProfileError(
+            f"hw={name}: no such hardware profile; {hint}profiles: {', '.join(names)}"
+        )
+    path = CONF_DIR / "hw" / f"{name}.yaml"
+    return validate_profile(OmegaConf.load(path), ProfileSource(f"conf/hw/{name}.yaml", ()))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a plan as a user reads it (sizes in GiB)."""
+
+    batch_size: int
+    max_allocated_gib: float
+    """What ``torch.cuda.max_memory_allocated()`` should read after the phase."""
+    peak_gib: float
+    """Device memory in use at the peak: allocations, CUDA context, workspaces, reserve."""
+    fits: bool | None
+    """Whether the peak stays within the profile's budget (None: a profile without a budget)."""
+    breakdown: dict[str, float]
+    """Parameters, gradients, optimizer state, activations, overhead and total at the peak."""
+    holders: list[dict[str, Any]]
+    """The largest groups of tensors live at the peak (module, kind, GiB), largest first."""
+    searched: bool
+    """The batch size is the largest that fits (it was "auto")."""
+
+    @classmethod
+    def of(cls, phase: PhasePlan, budget_bytes: int | None, *, searched: bool) -> Phase:
+        """The user's view of the planner's `phase`."""
+        holders = [
+            {
+                "where": h.where,
+                "kind": h.kind,
+                "gib": h.bytes / GIB,
+                "tensors": h.tensors,
+                "largest_shape": h.largest_shape,
+                "dtype": h.dtype,
+            }
+            for h in phase.holders
+        ]
+        return cls(
+            batch_size=phase.batch_size,
+            max_allocated_gib=phase.predicted_max_allocated / GIB,
+            peak_gib=phase.peak_gib,
+            fits=phase.fits(budget_bytes),
+            breakdown=phase.breakdown_gib(),
+            holders=holders,
+            searched=searched,
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The plan of a module and its data on one hardware profile."""
+
+    profile: str
+    budget_gib: float | None
+    fits: bool | None
+    """Every phase fits the budget (None without a budget)."""
+    train: Phase
+    val: Phase
+    """Validation inside fit: the training state (parameters, gradients, optimizer) stays."""
+    inference: Phase | None
+    """Inference alone (eval mode, no training state), when the planner plans it; else None."""
+    memory_plan: MemoryPlan = field(repr=False, compare=False)
+    """The planner's own result (remedies, setup, traces)."""
+
+    @classmethod
+    def of(cls, memory_plan: MemoryPlan) -> Plan:
+        """The user's view of the planner's `memory_plan`."""
+        budget = memory_plan.budget_bytes
+        # The planner's inference phase (eval mode, no training state), once it plans one.
+        inference = getattr(memory_plan, "inference", None)
+        return cls(
+            profile=memory_plan.profile.name,
+            budget_gib=memory_plan.budget_gib,
+            fits=memory_plan.fits,
+            train=Phase.of(memory_plan.train, budget, searched=memory_plan.train_searched),
+            val=Phase.of(memory_plan.val, budget, searched=memory_plan.val_searched),
+            inference=None if inference is None else Phase.of(inference, budget, searched=True),
+            memory_plan=memory_plan,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as one JSON object: what ``vramkit plan --json`` prints."""
+        return plan_json(self.memory_plan)
+
+    def table(self) -> str:
+        """The plan as ``vramkit plan`` prints it."""
+        return plan_table(self.memory_plan)
+
+
+def _meta_copy(module: nn.Module) -> nn.Module:
+    """A copy of `module` whose parameters and buffers live on the meta device: the planner
+    replaces them with fake tensors, and the user's own module must keep its weights."""
+    memo: dict[int, Any] = {}
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        if id(tensor) in memo:
+            continue
+        meta = torch.empty_like(tensor, device="meta")
+        if isinstance(tensor, nn.Parameter):
+            meta = nn.Parameter(meta, requires_grad=tensor.requires_grad)
+        memo[id(tensor)] = meta
+    return copy.deepcopy(module, memo)
+
+
+def _module_factory(module: ModuleSource) -> Callable[[], L.LightningModule]:
+    if isinstance(module, nn.Module):
+        instance = module
+
+        def copy_of_instance() -> L.LightningModule:
+            return _meta_copy(instance)
+
+        return copy_of_instance
+    if callable(module):
+        return module
+    raise TypeError(
+        "module must be a LightningModule or a function that builds one, "
+        f"got {type(module).__name__}"
+    )
+
+
+def _first_sample(batch: Any) -> Any:
+    """The first sample of an example batch, still batched (batch size 1)."""
+    if isinstance(batch, torch.Tensor):
+        return batch[:1] if batch.dim() else batch
+    if isinstance(batch, Mapping):
+        return {key: _first_sample(value) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        if batch and not any(isinstance(v, (torch.Tensor, Mapping, list, tuple)) for v in batch):
+            return type(batch)(batch[:1])  # per-sample annotations (names, polygons)
+        return type(batch)(_first_sample(value) for value in batch)
+    return batch
+
+
+def _samples(data: Any) -> PhaseSamples:
+    if isinstance(data, L.LightningDataModule):
+        return sample_batches(data)
+    if data is None:
+        raise TypeError("data must be a LightningDataModule or an example batch, got None")
+    sample = _first_sample(data)
+    return PhaseSamples(train=sample, val=sample, train_size=None, val_size=None)
+
+
+def _batch_size(
+    given: int | str | None, profile_value: int | str, profile: HardwareProfile, key: str
+) -> int | None:
+    value = profile_value if given is None else given
+    if value != AUTO:
+        return int(value)
+    if profile.budget_gib is None:
+        raise ProfileError(
+            f"profile {profile.name} has no memory budget to search batch sizes; give {key}"
+        )
+    return None  # searched
+
+
+def plan(
+    module: ModuleSource,
+    data: Any,
+    *,
+    hw: str | HardwareProfile = "t4",
+    batch_size: int | str | None = None,
+    val_batch_size: int | str | None = None,
+    remedies: bool = True,
+) -> Plan:
+    """Plan `module` (a LightningModule, or a class / function building one with no arguments)
+    on `data` (a LightningDataModule, or an example batch as `training_step` receives it).
+
+    `hw` is a profile name of ``conf/hw`` or a `HardwareProfile`. Batch sizes default to the
+    profile's ("auto": the largest that fits, capped by the dataset's length); an int plans
+    that size. `remedies` proposes settings that fit when the plan does not. A module instance
+    is copied without its weights; the instance itself is not changed.
+    """
+    profile = load_profile(hw) if isinstance(hw, str) else hw
+    train_size = _batch_size(batch_size, profile.batch_size, profile, "batch_size")
+    val_size = _batch_size(val_batch_size, profile.val_batch_size, profile, "val_batch_size")
+    model_cfg = OmegaConf.create(
+        {"_target_": _module_factory(module)}, flags={"allow_objects": True}
+    )
+    cfg: DictConfig = OmegaConf.create({"model": model_cfg}, flags={"allow_objects": True})
+    memory_plan = plan_task(
+        cfg,
+        profile,
+        train_batch_size=train_size,
+        val_batch_size=val_size,
+        with_remedies=remedies,
+        samples=_samples(data),
+    )
+    return Plan.of(memory_plan)

@@ -1,0 +1,270 @@
+"""The ``vramkit`` command: plan, train, eval, report, compare.
+
+    vramkit plan --hw t4 --model my_pkg.mod:MyModule --data my_pkg.mod:MyData [--json] [--verify]
+    vramkit plan --hw t4 --hf gpt2 --task causal_lm --seq-len 1024
+    vramkit train +hw=t4 [Hydra overrides]      (as python train.py)
+    vramkit eval ckpt_path=... [Hydra overrides] (as python eval.py)
+    vramkit report <run folder> | vramkit compare <run> <run>
+
+A mistake (an unknown profile, a class that does not import) is one line on stderr, exit 2.
+``vramkit plan`` exits 0 when the plan fits (or the profile has no budget), 1 when it does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from vramkit.core.config.source import closest
+
+HF_TASKS = {  # --task: the model config of conf/model and the data config it pairs with
+    "causal_lm": ("hf_causal_lm", "hf_random_tokens"),
+    "masked_lm": ("hf_masked_lm", "hf_random_tokens"),
+    "seq_cls": ("hf_seq_cls", "hf_random_tokens"),
+    "image_cls": ("hf_image_cls", "hf_random_images"),
+}
+VERIFY_FILE = "vramkit_verify.json"  # --verify's default output, in the current folder
+
+
+class UsageError(ValueError):
+    """A mistake on the command line: one line, exit 2."""
+
+
+def import_object(spec: str, option: str) -> Any:
+    """The object ``package.module:Name`` names; a `UsageError` naming the closest name."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise UsageError(f"{option} {spec}: give it as package.module:Name")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UsageError(f"{option} {spec}: cannot import {module_name} ({error})") from None
+    if not hasattr(module, attribute):
+        near = closest(attribute, [name for name in dir(module) if not name.startswith("_")])
+        hint = f"; did you mean {module_name}:{near}?" if near else ""
+        raise UsageError(f"{option} {spec}: {module_name} has no {attribute}{hint}")
+    return getattr(module, attribute)
+
+
+def _plan_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vramkit plan", description="Plan a training run's GPU memory, on any machine."
+    )
+    parser.add_argument("--hw", required=True, help="hardware profile of conf/hw: t4, l4, ...")
+    parser.add_argument("--model", help="your LightningModule (or a factory): package.module:Name")
+    parser.add_argument("--data", help="your LightningDataModule, built with no arguments")
+    parser.add_argument("--hf", help="a Hugging Face config name (gpt2, bert-base-uncased, ...)")
+    parser.add_argument("--task", choices=sorted(HF_TASKS), default="causal_lm", help="with --hf")
+    parser.add_argument("--seq-len", type=int, help="with --hf: tokens per sample")
+    parser.add_argument("--batch-size", type=int, help="plan this training batch (else auto)")
+    parser.add_argument("--val-batch-size", type=int, help="plan this validation batch")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--no-remedies", action="store_true", help="no remedies when over")
+    parser.add_argument("--verify", action="store_true", help="then measure real steps (GPU)")
+    parser.add_argument("--verify-steps", type=int, default=3, help="steps per phase measured")
+    parser.add_argument("--verify-file", default=VERIFY_FILE, help="JSON file the cases join")
+    return parser
+
+
+def _user_plan(args: argparse.Namespace):
+    from vramkit.api import plan
+
+    if not args.model or not args.data:
+        raise UsageError("give --model and --data together (package.module:Name each), or --hf")
+    module = import_object(args.model, "--model")
+    data_class = import_object(args.data, "--data")
+    try:
+        datamodule = data_class()
+    except TypeError as error:
+        raise UsageError(
+            f"--data {args.data}: cannot build it with no arguments ({error})"
+        ) from None
+    result = plan(
+        module,
+        datamodule,
+        hw=args.hw,
+        batch_size=args.batch_size,
+        val_batch_size=args.val_batch_size,
+        remedies=not args.no_remedies,
+    )
+    return result, module, datamodule
+
+
+def _hf_plan(args: argparse.Namespace):
+    from vramkit.api import Plan
+    from vramkit.core.config.instantiate import instantiate
+    from vramkit.core.planner import plan_task
+    from vramkit.core.planner.task_plan import planning_config
+    from vramkit.core.run.compose import CONF_DIR, compose_config
+    from vramkit.core.run.resolve_hardware import requested_profile
+
+    model, data = HF_TASKS[args.task]
+    overrides = [f"+hw={args.hw}", "task=hf_models", f"model={model}", f"data={data}"]
+    overrides.append(f"model.config={args.hf}")
+    if args.seq_len is not None:
+        overrides.append(f"data.seq_len={args.seq_len}")
+    cfg = compose_config("train", overrides)
+    profile = requested_profile(cfg, conf_dir=CONF_DIR, echo=False).profile
+    memory_plan = plan_task(
+        cfg,
+        profile,
+        train_batch_size=args.batch_size,
+        val_batch_size=args.val_batch_size,
+        with_remedies=not args.no_remedies,
+    )
+    planning = planning_config(cfg, profile)
+    return Plan.of(memory_plan), lambda: instantiate(planning.model), instantiate(planning.data)
+
+
+def _verify(args: argparse.Namespace, result, module: Any, datamodule: Any) -> int:
+    from vramkit.core.planner.verify import (
+        append_cases,
+        comparison_rows,
+        comparison_table,
+        field_cases,
+        require_gpu,
+        verify_plan,
+    )
+
+    require_gpu()
+    import torch
+
+    if isinstance(module, torch.nn.Module):  # the real steps train it: a fresh one is built
+        raise UsageError(
+            "--verify needs --model to name a class or factory (it builds a fresh one)"
+        )
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    measured = verify_plan(
+        result.memory_plan,
+        module,
+        datamodule.train_dataloader(),
+        datamodule.val_dataloader(),
+        steps=args.verify_steps,
+    )
+    print(comparison_table(comparison_rows(result.memory_plan, measured)))
+    command = shlex.join(["vramkit", "plan", *sys.argv[2:]])
+    model = args.model or f"hf:{args.hf}"
+    cases = field_cases(
+        result.memory_plan, measured, model=model, command=command, steps=args.verify_steps
+    )
+    append_cases(Path(args.verify_file), cases)
+    print(f"{len(cases)} cases appended to {args.verify_file}")
+    return 0
+
+
+def plan_command(argv: Sequence[str]) -> int:
+    """``vramkit plan``: print the plan; with --verify, measure it on this machine's GPU."""
+    args = _plan_parser().parse_args(argv)
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from vramkit.core.planner import PlanningError
+
+    try:
+        if args.verify:
+            from vramkit.core.planner.verify import require_gpu
+
+            require_gpu()  # before minutes of planning
+        if args.hf:
+            result, module, datamodule = _hf_plan(args)
+        else:
+            result, module, datamodule = _user_plan(args)
+        print(json.dumps(result.to_json(), indent=2) if args.json else result.table())
+        if args.verify:
+            return _verify(args, result, module, datamodule)
+    except (ValueError, PlanningError, HydraException, OmegaConfBaseException) as error:
+        print(f"vramkit plan: error: {error}", file=sys.stderr)
+        return 2
+    return 1 if result.fits is False else 0
+
+
+def _hydra_app(config_name: str, run: Callable[[Any], Any], argv: Sequence[str]) -> int:
+    """Run `run` as ``@hydra.main`` over the packaged ``conf/<config_name>.yaml`` with `argv`
+    as the command line, as train.py and eval.py do."""
+    import hydra
+
+    from vramkit.core.run.compose import CONF_DIR
+    from vramkit.core.run.override_typos import did_you_mean_on_refusal
+    from vramkit.core.run.refusals import refusals_as_messages
+    from vramkit.core.run.resolvers import register_resolvers
+
+    register_resolvers()
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)
+    def main(cfg: Any) -> Any:
+        with refusals_as_messages():
+            return run(cfg)
+
+    sys.argv = [f"vramkit {config_name}", *argv]  # Hydra reads its command line from sys.argv
+    try:
+        with did_you_mean_on_refusal(config_name):
+            main()
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 1
+    return 0
+
+
+def train_command(argv: Sequence[str]) -> int:
+    """``vramkit train <overrides>``: ``python train.py <overrides>``."""
+    from vramkit.core.run.train import train
+
+    return _hydra_app("train", train, argv)
+
+
+def eval_command(argv: Sequence[str]) -> int:
+    """``vramkit eval <overrides>``: ``python eval.py <overrides>``."""
+    from vramkit.core.run.evaluate import evaluate
+
+    return _hydra_app("eval", evaluate, argv)
+
+
+def report_command(argv: Sequence[str]) -> int:
+    """``vramkit report``: ``python -m vramkit.report``."""
+    from vramkit.report import main
+
+    return main(list(argv))
+
+
+def compare_command(argv: Sequence[str]) -> int:
+    """``vramkit compare``: ``python -m vramkit.compare_runs``."""
+    from vramkit.compare_runs import main
+
+    return main(list(argv))
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "plan": plan_command,
+    "train": train_command,
+    "eval": eval_command,
+    "report": report_command,
+    "compare": compare_command,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The console script: dispatch to a subcommand; its exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        near = closest(name, list(COMMANDS))
+        hint = f"; did you mean {near}?" if near else ""
+        print(
+            f"vramkit: error: no command {name}{hint} (one of {', '.join(COMMANDS)})",
+            file=sys.stderr,
+        )
+        return 2
+    return COMMANDS[name](rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
