@@ -78,3 +78,4 @@ def test_a_folder_without_metrics_gets_a_report_that_says_what_is_missing(tmp_pa
     assert "no metrics.csv found" in html
     assert "nothing logged for this section" in html
     assert _images(html) == []
+    assert not (tmp_path / "report").exists()  # no picture, no folder for pictures

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from vramkit.core.run.evaluate import evaluate
+from vramkit.core.run.evaluate import SCORES_NAME, evaluate
 from vramkit.core.run.train import train
 from vramkit.tasks.text_detection.icdar_eval import evaluate_folders
 from vramkit.tasks.text_detection.module import TextDetectionModule
@@ -42,15 +43,56 @@ def test_fast_dev_run_of_the_default_task(compose_config):
     assert (Path(cfg.paths.output_dir) / "resolved_config.yaml").is_file()
 
 
+CHATTER = (
+    "💡 Tip:",  # Lightning's litlogger / litmodels advertisements
+    "`weights_only` was not set",
+    "Trainer already configured with model summary callbacks",
+    "GPU available:",
+    "TPU available:",
+    "Loading `train_dataloader` to estimate number of stepping batches",
+    "LeafSpec",
+    "The anonymous setting has no effect",
+    "wandb: Run history:",  # WandB's closing history and summary block
+    "wandb: Run summary:",
+    "Be aware that when using `ckpt_path`",
+    "setup plugin alembic",
+)
+"""Other libraries' lines a default run does not print (vramkit/core/run/library_chatter.py)."""
+
+
 @pytest.mark.slow
-def test_smoke_run_logs_documented_metrics_to_csv_and_offline_wandb(compose_config):
-    cfg = compose_config(*TINY)
-    hmean = train(cfg)
-    run_dir = Path(cfg.paths.output_dir)
+def test_smoke_run_prints_no_chatter_and_logs_documented_metrics(
+    compose_config, tmp_path, shared_data_dir
+):
+    # A real `python train.py debug=smoke` as a user runs it: WandB may speak (no WANDB_SILENT).
+    env = {key: value for key, value in os.environ.items() if key != "WANDB_SILENT"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "train.py"),
+            *TINY,
+            f"paths.log_dir={tmp_path / 'logs'}",
+            f"paths.data_dir={shared_data_dir}",
+        ],
+        cwd=tmp_path,
+        env={**env, "PROJECT_ROOT": str(REPO_ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    lines = result.stdout.splitlines()
+    chatter = [line for line in lines if any(known in line for known in CHATTER)]
+    assert not chatter, "\n".join(chatter)
+    assert "hardware profile cpu" in result.stdout and "best val/hmean" in result.stdout
+
+    (run_dir,) = (tmp_path / "logs" / "text_detection" / "runs").iterdir()
     names = _metric_names(run_dir)
     assert {"train/loss", "val/hmean", "val/precision", "val/recall"} <= names
     phase_metrics = {name for name in names if name.startswith(("train/", "val/", "test/"))}
     assert phase_metrics == TextDetectionModule.logged_metrics(), "monitors are checked against it"
+    hmean = json.loads((run_dir / "job_result.json").read_text())["metric"]
     assert 0.0 <= hmean <= 1.0
     assert list((run_dir / "wandb").glob("offline-run-*")), "WandB must run offline by default"
     last = run_dir / "checkpoints" / "last.ckpt"
@@ -62,6 +104,7 @@ def test_smoke_run_logs_documented_metrics_to_csv_and_offline_wandb(compose_conf
     eval_cfg = compose_config(*TINY, f"ckpt_path={last}", config_name="eval")
     eval_cfg.predictions_dir = str(run_dir / "predictions")
     metrics = evaluate(eval_cfg)
+    assert json.loads((Path(eval_cfg.paths.output_dir) / SCORES_NAME).read_text()) == metrics
     submissions = sorted((run_dir / "predictions").glob("res_*.txt"))
     assert len(submissions) == eval_cfg.data.synthetic.num_val
     # the submission files, scored by the standalone evaluator, give the validation metrics

@@ -48,8 +48,7 @@ def build_report(run_dir: Path) -> Path:
     whether a picture was never made or could not be made.
     """
     run_dir = Path(run_dir)
-    folder = run_dir / REPORT_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    # no report/ folder made up front: each picture's writer makes it, so no picture, no folder
     csv_path = find_metrics_csv(run_dir)
     metrics = read_metrics(csv_path) if csv_path is not None else {}
     sections = [
