@@ -73,8 +73,9 @@ def _plan_parser() -> argparse.ArgumentParser:
 
 
 def _user_plan(args: argparse.Namespace):
-    from vramkit.api import plan
+    from vramkit.api import load_profile, plan
 
+    profile = load_profile(args.hw)  # a mistake there is refused before the user's code runs
     if not args.model or not args.data:
         raise UsageError("give --model and --data together (package.module:Name each), or --hf")
     module = import_object(args.model, "--model")
@@ -88,7 +89,7 @@ def _user_plan(args: argparse.Namespace):
     result = plan(
         module,
         datamodule,
-        hw=args.hw,
+        hw=profile,
         batch_size=args.batch_size,
         val_batch_size=args.val_batch_size,
         remedies=not args.no_remedies,
