@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 from vramkit.core.run.run_folder import claim_run_folder as new_run_folder
@@ -82,3 +83,11 @@ def test_a_literal_run_dir_that_did_not_exist_is_removed_with_its_parents(tmp_pa
     _hydra_writes(folder)
     assert withdraw_claim()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_removed_under_the_run_does_not_hide_the_refusal(tmp_path, caplog):
+    folder = new_run_folder(tmp_path / "runs", NOON, {})
+    claim_run_folder(folder)
+    shutil.rmtree(folder)  # e.g. the user cleaned up while the run started
+    assert not withdraw_claim()
+    assert "could not remove what this run wrote" in caplog.text

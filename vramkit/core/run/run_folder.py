@@ -15,6 +15,10 @@ A multirun job's folder is ``<sweep folder>/<job number>``; a job that submitit 
 (``hydra/launcher=slurm``) gets it back because the sweep folder was resolved once, before the
 jobs were pickled, and travels in the launcher's config with its resolver cache
 (:mod:`vramkit.core.run.requeue`).
+
+While a run (or a sweep) lives it holds a lock on its folder, and a refusal before any work
+removes the folder it claimed (:mod:`vramkit.core.run.run_folder_guard`); ``CREATED`` tells the
+folders this process made from those it found.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ from vramkit.core.config.schema import ConfigError
 from vramkit.core.run.run_folder import CREATED
 from vramkit.core.run.run_folder_lock import RunFolderLock, lock_run_folder
 
+log = logging.getLogger(__name__)
+
 RECORDS = (
     ".hydra",
     ".hydra.resume_*",
@@ -106,7 +108,11 @@ def withdraw_claim() -> bool:
     global _claim
     if _claim is None:
         return False
-    withdrawn = _claim.withdraw()
+    try:
+        withdrawn = _claim.withdraw()
+    except OSError as error:  # the refusal's message matters more than this cleanup
+        log.warning("could not remove what this run wrote into %s: %s", _claim.folder, error)
+        withdrawn = False
     _claim = None
     return withdrawn
 
