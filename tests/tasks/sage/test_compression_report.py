@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from vramkit.tasks.sage.arc_examples import INPUT_KEYS
@@ -12,6 +14,8 @@ from vramkit.tasks.sage.compression_report import (
     latency_batches,
     measure_latency_ms,
 )
+from vramkit.tasks.sage.distill_module import student_scores
+from vramkit.tasks.sage.grid_module import SCORES_KEY
 
 
 class _Items:
@@ -61,3 +65,36 @@ def test_latency_is_a_median_of_timed_runs():
     calls = []
     assert measure_latency_ms(lambda: calls.append(1), torch.device("cpu"), repeats=3) >= 0
     assert len(calls) == 4  # one warm-up, three timed
+
+
+def _trainer(best_model_path: str = "", score: float | None = None) -> SimpleNamespace:
+    callback = SimpleNamespace(
+        monitor="val/changed_cell_acc",
+        best_model_path=best_model_path,
+        best_model_score=None if score is None else torch.tensor(score),
+    )
+    return SimpleNamespace(checkpoint_callback=callback)
+
+
+def test_the_student_is_the_best_checkpoint_and_scored_from_it(tmp_path):
+    at_best = {"": {"cell_acc": 0.75, "changed_cell_acc": 0.2}, "copy_": {"cell_acc": 0.76}}
+    at_end = {"": {"cell_acc": 0.71, "changed_cell_acc": 0.1}, "copy_": {"cell_acc": 0.76}}
+    best = tmp_path / "epoch_000.ckpt"
+    torch.save({"epoch": 0, SCORES_KEY: at_best}, best)
+    scores, student = student_scores(_trainer(str(best), 0.2), at_end)
+    assert scores == at_best  # that file's scores, not the last epoch's
+    assert student["path"] == str(best) and student["epoch"] == 0
+    assert student["description"].startswith(f"{best}: the best val/changed_cell_acc (0.2000)")
+    # no ranked checkpoint (fast_dev_run): the last validation, and it says so
+    scores, student = student_scores(_trainer(), at_end)
+    assert scores == at_end and student["path"] is None
+    assert "no checkpoint ranked" in student["description"]
+
+
+def test_the_table_shows_changed_cells_side_by_side():
+    scores = {"cell_acc": 0.7, "changed_cell_acc": 0.125, "exact_match": 0.0, "size_acc": 0.5}
+    rows = [ModelRow("teacher", 3, {1: 1.0}, scores), ModelRow("copy_input", 0, {}, scores)]
+    table = format_report(build_report(rows, device="cpu", batch_sizes=(1,)))
+    header = table.splitlines()[1]
+    assert header.index("cell_acc") < header.index("changed_cell_acc") < header.index("size_acc")
+    assert "0.1250" in table

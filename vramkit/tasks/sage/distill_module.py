@@ -10,6 +10,11 @@ over non-padding cells and tokens (weights in ``model.loss``). Validation scores
 the teacher (its predictions cached with the features, same examples) and the copy baseline
 side by side; at the end of fit the compression report (parameters, latency at batch 1 and 32
 on this device, scores) is printed and saved as ``compression_report.json`` in the run folder.
+
+*The student* is one file: the best checkpoint by the monitored metric (what the run's last line
+names). The report's scores are the validation scores saved inside that checkpoint, so they are
+that file's, not the last epoch's; a run without a ranked checkpoint (``fast_dev_run``) reports
+its last validation and says so.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from vramkit.core.optim.scheduled_module import OptimizerFactory
@@ -35,7 +39,7 @@ from vramkit.tasks.sage.compression_report import (
     measure_latency_ms,
 )
 from vramkit.tasks.sage.grid_loss import DistillLossWeights, feature_distillation
-from vramkit.tasks.sage.grid_module import COPY, MODEL, GridModelModule
+from vramkit.tasks.sage.grid_module import COPY, MODEL, SCORES_KEY, GridModelModule
 from vramkit.tasks.sage.grid_outputs import GridOutput, GridPrediction
 from vramkit.tasks.sage.teacher_checkpoint import file_sha256, load_teacher
 
@@ -111,7 +115,11 @@ class SageDistillModule(GridModelModule):
     }
 
     def _means(self, output: GridOutput, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        assert self.projector is not None, "setup() builds the projector"
+        if self.projector is None:
+            # Only the memory planner steps a module that setup() has not seen: the width of
+            # the batch's teacher features is the one setup() would read from the cache.
+            self._build_projector(int(batch[FEATURES_KEY].shape[-1]))
+            self.projector.to(device=output.hidden.device, dtype=output.hidden.dtype)
         means = super()._means(output, batch)
         projected = self.projector(output.hidden)
         features = feature_distillation(projected, batch[FEATURES_KEY], batch["padding_mask"])
@@ -152,20 +160,21 @@ class SageDistillModule(GridModelModule):
         """Measure, print and save (``run_dir/compression_report.json``) the report."""
         datamodule = self.trainer.datamodule
         batches = latency_batches(datamodule.val_dataset, self.report_batch_sizes, self.device)
+        scores, student_checkpoint = student_scores(self.trainer, self.last_scores)
         student = ModelRow(
             "student",
             count_parameters(self.net),
             self._latencies(self.net, batches),
-            self.last_scores.get(MODEL),
+            scores.get(MODEL),
         )
         teacher_module, teacher_note = self._load_teacher(datamodule.cache.manifest["teacher"])
         teacher = ModelRow(
             "teacher",
             int(datamodule.cache.manifest["teacher"]["parameters"]),
             self._latencies(teacher_module, batches) if teacher_module is not None else {},
-            self.last_scores.get(TEACHER),
+            scores.get(TEACHER),
         )
-        copy = ModelRow("copy_input", 0, {}, self.last_scores.get(COPY))
+        copy = ModelRow("copy_input", 0, {}, scores.get(COPY))
         report = build_report(
             [teacher, student, copy],
             device=_device_name(self.device),
@@ -178,12 +187,20 @@ class SageDistillModule(GridModelModule):
                 },
                 "teacher_checkpoint": datamodule.cache.manifest["teacher"]["checkpoint"],
                 "teacher_note": teacher_note,
+                "student_checkpoint": student_checkpoint,
             },
         )
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / REPORT_NAME).write_text(json.dumps(report, indent=2))
-        rank_zero_info(
-            f"SAGE compression report ({run_dir / REPORT_NAME}):\n{format_report(report)}"
+        # vramkit's own logger: the table is the chain's result and must not be filtered with
+        # Lightning's chatter
+        log.info(
+            "SAGE: teacher, student and copy-the-input on the same %d validation examples "
+            "(%s):\n%s\nthe student is %s",
+            len(datamodule.val_dataset),
+            run_dir / REPORT_NAME,
+            format_report(report),
+            student_checkpoint["description"],
         )
         return report
 
@@ -216,6 +233,41 @@ class SageDistillModule(GridModelModule):
                 )
         network.train(was_training)
         return latencies
+
+
+def student_scores(
+    trainer: Any, last_scores: Mapping[str, dict[str, float]]
+) -> tuple[Mapping[str, dict[str, float]], dict[str, Any]]:
+    """The validation scores of *the student*, and which weights they are.
+
+    The student is the checkpoint that ``trainer.checkpoint_callback`` ranks best by its monitored
+    metric; its scores are the ones saved inside it (:data:`SCORES_KEY`). Without a ranked
+    checkpoint (or one holding no scores), ``last_scores`` (the last validation) stand in and
+    the description says so.
+    """
+    callback = trainer.checkpoint_callback
+    path = getattr(callback, "best_model_path", "") or ""
+    monitor = getattr(callback, "monitor", None)
+    saved = (
+        torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        if path and monitor
+        else {}
+    )
+    if SCORES_KEY not in saved:
+        end = "the weights at the end of training (no checkpoint ranked by a monitored metric)"
+        return last_scores, {"path": None, "description": end}
+    value = float(callback.best_model_score)
+    description = (
+        f"{path}: the best {monitor} ({value:.4f}) at epoch {saved['epoch']}, "
+        "scored above from that file"
+    )
+    return saved[SCORES_KEY], {
+        "path": str(path),
+        "monitor": monitor,
+        "score": value,
+        "epoch": int(saved["epoch"]),
+        "description": description,
+    }
 
 
 def _device_name(device: torch.device) -> str:

@@ -137,7 +137,8 @@ def run_extraction(cfg: DictConfig) -> Path:
             f"(or an experiment that selects it, e.g. experiment=sage_small); got "
             f"task_name={cfg.get('task_name')!r}"
         )
-    resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir))
+    # No batch planning: it would plan the student's training, whose data is this very cache.
+    resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), plan_batches=False)
     datamodule: SageFeatureDataModule = instantiate(cfg.data)
     checkpoint, sha256 = datamodule.resolve_teacher()
     directory = datamodule.cache_directory(sha256)

@@ -36,6 +36,8 @@ from vramkit.tasks.sage.report_figures import grid_figures
 from vramkit.tasks.sage.teacher_checkpoint import TEACHER_NETWORK_KEY, network_config
 
 MODEL, COPY = "", "copy_"  # metric-name prefixes of the scored predictors
+# checkpoint entry: the validation scores of the saved weights, so a report can score that file
+SCORES_KEY = "sage_validation_scores"
 
 
 def unit_counts(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -116,6 +118,7 @@ class GridModelModule(ScheduledOptimization, OOMResilientModule):
         self.scoreboard = GridScoreboard()
         self.loss_totals = MeanTotals()
         self.last_scores: dict[str, dict[str, float]] = {}
+        self.last_scores_step = -1  # the global step whose weights last_scores scored
 
     @staticmethod
     def inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -205,6 +208,8 @@ class GridModelModule(ScheduledOptimization, OOMResilientModule):
             for name in SCORE_NAMES:
                 self.log(f"{phase}/{prefix}{name}", scores[name], prog_bar=not prefix)
         self.last_scores = results
+        # a sanity check scores a few batches: no checkpoint may carry that as its scores
+        self.last_scores_step = -1 if self.trainer.sanity_checking else self.trainer.global_step
         means = self.loss_totals.means(reduce_sum)
         if means:
             loss = sum(self._terms_by_unit(means).values())
@@ -213,6 +218,11 @@ class GridModelModule(ScheduledOptimization, OOMResilientModule):
 
     def on_validation_epoch_end(self) -> None:
         self._log_scores("val")
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Scores of other weights (a save before this step's validation) are not these weights'.
+        if self.last_scores and self.last_scores_step == self.trainer.global_step:
+            checkpoint[SCORES_KEY] = self.last_scores
 
     def report_figures(self, trainer: Any, samples: int) -> list[ReportFigure]:
         """Query, expected and predicted grids of the best, worst and random validation
@@ -243,4 +253,5 @@ class ArcTeacherModule(GridModelModule):
         self.network_config = network_config(net)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
         checkpoint[TEACHER_NETWORK_KEY] = self.network_config
