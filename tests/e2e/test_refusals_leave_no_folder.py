@@ -92,6 +92,7 @@ def test_a_run_in_a_held_folder_is_refused_naming_the_holder(monkeypatch, capsys
         ("-m", "+hw=t4", "model.optimizer.lr=0.001,0.002"),
         ("hparams_search=dbnet_optuna", "+hw=t4", "hydra.sweeper.n_trials=2"),  # the docs' line
         ("-m", "+hw=cpu", "trainer.max_epochs=1,2", "trainer.precision=32-true,64"),  # job 3's
+        ("-m", "+hw=cpu", "trainer.max_epochs=1,2", "ckpt_path=/nonexistent/last.ckpt"),
     ],
 )
 def test_a_sweep_mistake_is_refused_once_before_any_job(monkeypatch, capsys, tmp_path, sweep):

@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vramkit.core.run.refusals import refusals_before_the_sweep
 from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.resume_contract import enforce_resume_contract
 from vramkit.core.run.train import refuse_mistakes
 
 
@@ -89,6 +90,7 @@ def check_job(config_name: str | None, overrides: list[str]) -> None:
             del cfg.hydra
         with _quiet():
             refuse_mistakes(cfg)
+            enforce_resume_contract(cfg)  # a checkpoint every job would fail to load
             resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), plan_batches=False)
     finally:
         HydraConfig.instance().cfg = before
