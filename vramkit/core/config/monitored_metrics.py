@@ -4,7 +4,8 @@ Lightning finds out only at the end of the first validation (``ModelCheckpoint``
 "could not find the monitored key"), after a whole epoch; a sweep's ``optimized_metric`` typo is
 never found at all (it returns None). Here every monitored name (``optimized_metric`` and each
 callback's ``monitor``) is compared with the names the model's LightningModule says it logs
-(a classmethod ``logged_metrics(model_cfg)``, which a test checks against what a real run logs).
+(`DeclaresLoggedMetrics`, part of the workload contract in ``vramkit/core/workload.py``; a test
+checks each task's declaration against what a real run logs).
 A module that does not say is not checked; names outside ``train/``, ``val/`` and ``test/``
 (callbacks' own, such as ``perf/…``) are not checked either.
 """
@@ -12,6 +13,7 @@ A module that does not say is not checked; names outside ``train/``, ``val/`` an
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any, Protocol, runtime_checkable
 
 from hydra.utils import get_class
 from omegaconf import DictConfig
@@ -20,6 +22,16 @@ from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.source import closest, source_of
 
 _CHECKED_PHASES = ("train/", "val/", "test/")
+
+
+@runtime_checkable
+class DeclaresLoggedMetrics(Protocol):
+    """A LightningModule class that states the metric names a run of it logs."""
+
+    @classmethod
+    def logged_metrics(cls, model_cfg: Any = None) -> Collection[str]:
+        """Every name ``self.log`` gets in a run built from the model node `model_cfg`
+        (``train/loss``, ``val/hmean``, ...), whatever the data."""
 
 
 def check_monitored_metrics(cfg: DictConfig) -> None:
@@ -51,8 +63,9 @@ def declared_metrics(model_cfg: DictConfig | None) -> Collection[str] | None:
         module_class = get_class(target)
     except (ImportError, ValueError):
         return None  # instantiation names the bad target with Hydra's own message
-    declare = getattr(module_class, "logged_metrics", None)
-    return None if declare is None else frozenset(declare(model_cfg))
+    if not isinstance(module_class, DeclaresLoggedMetrics):
+        return None
+    return frozenset(module_class.logged_metrics(model_cfg))
 
 
 def _monitors(cfg: DictConfig) -> list[tuple[str, str, str]]:

@@ -32,6 +32,7 @@ from vramkit.core.run.run_folder import RUN_CONFIG, record_name
 from vramkit.core.run.run_record import RECORD_NAME, write_run_record
 from vramkit.core.run.run_summary import summary_lines
 from vramkit.core.run.seed import check_seed
+from vramkit.core.workload import check_workload
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +88,11 @@ def train(cfg: DictConfig) -> float | None:
 
 def refuse_mistakes(cfg: DictConfig) -> None:
     """Raise `ConfigError` for a mistake that needs no device, plan, data or model to see: a
-    trainer value, a misspelt added key, a monitored metric the task never logs, the seed."""
+    trainer value, a misspelt added key, a workload that breaks its contract, a monitored metric
+    the task never logs, the seed."""
     check_trainer(cfg.trainer)
     check_added_keys(cfg, command_line_overrides(), conf_dir=Path(cfg.paths.conf_dir))
+    check_workload(cfg)  # before the metrics: they are read from the model class it checks
     check_monitored_metrics(cfg)
     check_seed(cfg)
 
