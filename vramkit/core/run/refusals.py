@@ -42,7 +42,9 @@ def refusals_as_messages() -> Iterator[None]:
         yield
     except (*REFUSALS, TrainingDiverged) as error:
         multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-        if not multirun:  # a sweep's job keeps its folder: its job_result.json records the error
+        # A sweep's job keeps its folder (its job_result.json records the error), and so does a
+        # run that trained: a diverged run's log and checkpoints are what its user reads next.
+        if not multirun and not isinstance(error, TrainingDiverged):
             withdraw_claim()  # no run folder for a refusal made before any work
         if multirun or os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
