@@ -3,7 +3,7 @@
 A run's host memory is what the kernel counts against the machine (and kills for): the Python
 process with torch and Lightning imported, whatever of the step lives on the host, the batches
 the loaders hold and their worker processes, page-locked copies for the GPU and optimizer state
-that DeepSpeed offloads. `plan_host_memory` adds those up from a device plan (`MemoryPlan`):
+that DeepSpeed offloads. `HostPlanner` adds those up per phase from the device planner's traces:
 
 - baseline: the process before the model is built, read where the plan is made (this process
   has imported torch, Lightning, Hydra and the task's code and holds its data); at least
@@ -68,7 +68,8 @@ its trace holds at the peak: glibc's allocator keeps the blocks a step frees for
 (fragmented across sizes) and CPU kernels take scratch buffers no trace sees. Measured with
 `python train.py task=text_classification +hw=cpu data.max_length=256 logger=csv
 hw.num_workers=0` at batch 64 and 128 (peak RSS minus the baseline over the traced step: 1.72
-and 1.73)."""
+and 1.73). It differs by model: the SAGE teacher's step measured about its trace, so its host
+plan is 30-45% high (conservative)."""
 
 DEFAULT_PREFETCH_FACTOR = 2
 """torch's DataLoader default: batches each worker prepares ahead."""
