@@ -107,6 +107,14 @@ class MemoryMonitor(L.Callback):
     else may reset them between its reset and its reading. At the end of
     ``fit``/``validate``/``test`` the process with global rank 0 prints a table of the run's
     peaks per phase.
+
+    The host-memory guard (``host_guard_fraction``): a single-process fit reads the host's room
+    (MemAvailable, the cgroup's limit, an RLIMIT_AS) at training step boundaries, at most every
+    ``host_guard_interval_s`` seconds. The run's memory is its resident set at the start plus
+    the room the host has lost since, so its loader workers count. Past ``host_guard_fraction``
+    of what it had at the start, it writes the last checkpoint (``callbacks.last_checkpoint``)
+    and ends the run with :class:`HostMemoryExceeded` (exit status 4) and one message, before
+    the kernel's OOM killer would end it without one (exit 137).
     """
 
     def __init__(
