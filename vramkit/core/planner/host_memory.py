@@ -63,13 +63,14 @@ MODEL_STATES = (PARAMETERS, GRADIENTS, OPTIMIZER_STATE)
 """What a step allocates once and keeps: counted on the host as traced."""
 
 CPU_STEP_ALLOWANCE = 1.75
-"""Resident bytes a step run on the CPU adds per byte of activations, temporaries and batch
-its trace holds at the peak: glibc's allocator keeps the blocks a step frees for reuse
-(fragmented across sizes) and CPU kernels take scratch buffers no trace sees. Measured with
-`python train.py task=text_classification +hw=cpu data.max_length=256 logger=csv
-hw.num_workers=0` at batch 64 and 128 (peak RSS minus the baseline over the traced step: 1.72
-and 1.73). It differs by model: the SAGE teacher's step measured about its trace, so its host
-plan is 30-45% high (conservative)."""
+"""Resident bytes a step run on the CPU takes per byte of activations, temporaries and batch its
+trace holds at the peak. Measured with `python train.py task=text_classification +hw=cpu
+data.max_length=256 logger=csv hw.num_workers=0` at batch 64 and 128 (peak RSS minus the
+baseline over the traced step: 1.72 and 1.73). The gap there is the attention weights: the trace
+holds only the [B, 1, T, T] mask at Phi's attention, while the CPU run materialises the
+[B, H, T, T] fp32 weights of each layer (2 layers × 64 MiB at batch 64: the whole gap). Where the
+trace holds them already (nn.MultiheadAttention with dropout: the SAGE teacher) the run measures
+about its trace, and the host plan is 30-45% high: conservative, not exact."""
 
 DEFAULT_PREFETCH_FACTOR = 2
 """torch's DataLoader default: batches each worker prepares ahead."""
