@@ -7,7 +7,7 @@ import csv
 from pathlib import Path
 
 import pytest
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.hardware.profile import HardwareProfile
@@ -83,6 +83,23 @@ def test_a_data_node_without_the_profiles_batch_size_is_refused(compose_config):
         del cfg.data.val_batch_size  # Hydra cannot delete an interpolated key by override
     with pytest.raises(ConfigError, match=r"data.val_batch_size is missing \(conf/data/minimal"):
         check_workload(cfg)
+
+
+def test_the_check_resolves_no_value(compose_config):
+    # reading data.batch_size would run the memory planner on a GPU profile (4 s for DBNet on t4)
+    reads: list[str] = []
+    OmegaConf.register_new_resolver("counted_read", lambda key: reads.append(key) or 4)
+    try:
+        cfg = compose_config(
+            *MINIMAL,
+            "data.batch_size=${counted_read:batch_size}",
+            "data.val_batch_size=${counted_read:val_batch_size}",
+            "optimized_metric=${counted_read:optimized_metric}",
+        )
+        check_workload(cfg)
+    finally:
+        OmegaConf.clear_resolver("counted_read")
+    assert reads == []
 
 
 def test_a_misspelt_task_key_is_refused_with_the_closest_name(compose_config):
