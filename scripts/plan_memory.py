@@ -29,7 +29,6 @@ with long_lived_imports(freeze=__name__ == "__main__"):
     from vramkit.core.run.compose import CONF_DIR, compose_config
     from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
     from vramkit.core.run.resolve_hardware import requested_profile
-    from vramkit.core.workload import check_workload
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -65,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
         cfg = compose_config("train", overrides)
         # other libraries' chatter off unless verbose=true (a bad value: exit 2 below)
         hide_library_chatter(output_settings(cfg.get("verbose"), config_file="conf/train.yaml"))
-        check_workload(cfg)  # a workload that breaks its contract: exit 2 before any tracing
         profile = requested_profile(cfg, conf_dir=CONF_DIR).profile
         plan = plan_task(
             cfg,
