@@ -57,6 +57,9 @@ HIDDEN_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
     # Lightning 2.6's own pytree helper builds torch's deprecated LeafSpec on every batch
     # transfer; nothing a user can change (Lightning's to fix).
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning),
+    # PEFT reads transformers' deprecated alias is_gradient_checkpointing when it wraps a model
+    # for LoRA (peft_model.py); PEFT's to fix.
+    (r"`is_gradient_checkpointing` is deprecated", FutureWarning),
 )
 """(message regex, category) of the Python warnings hidden."""
 
