@@ -209,7 +209,7 @@ def test_step_writes_wait_for_the_minimum_interval(tmp_path, monkeypatch):
     trainer = SimpleNamespace(
         state=SimpleNamespace(fn=TrainerFn.FITTING), sanity_checking=False, fast_dev_run=False,
         should_stop=False, global_step=0, current_epoch=0, world_size=2,
-        save_checkpoint=lambda path: written.append(trainer.global_step),
+        save_checkpoint=lambda path, weights_only=None: written.append(trainer.global_step),
     )  # fmt: skip
     callback.on_train_start(trainer, None)  # the clock starts at 0 s
     for step, seconds in [(2, 10), (4, 29), (5, 35), (6, 40), (8, 60), (10, 71), (12, 80)]:
