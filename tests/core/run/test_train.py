@@ -1,4 +1,5 @@
-"""End to end through train(): fast_dev_run, loggers and metric names, resume, multirun."""
+"""End to end through train(): fast_dev_run, a smoke run as a user sees it, loggers and metric
+names, eval, resume (a multirun: test_multirun_summary.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from vramkit.core.run.evaluate import SCORES_NAME, evaluate
 from vramkit.core.run.train import train
@@ -130,34 +130,3 @@ def test_a_run_resumes_from_its_last_checkpoint(compose_config):
     # the second epoch ran once, on top of the first: no epoch lost, none repeated
     assert (before["epoch"], after["epoch"]) == (0, 1)
     assert after["global_step"] == 2 * before["global_step"] > 0
-
-
-@pytest.mark.slow
-def test_two_job_multirun_writes_two_run_dirs(tmp_path, shared_data_dir):
-    env = {**os.environ, "PROJECT_ROOT": str(REPO_ROOT)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / "train.py"),
-            "-m",
-            *TINY,
-            "logger=csv",
-            "model.optimizer.lr=0.001,0.003",
-            "trainer.max_epochs=1",
-            f"paths.log_dir={tmp_path}",
-            f"paths.data_dir={shared_data_dir}",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (sweep_dir,) = (tmp_path / "text_detection" / "multiruns").iterdir()
-    job_dirs = sorted(d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit())
-    assert [d.name for d in job_dirs] == ["0", "1"]
-    lrs = [OmegaConf.load(d / "resolved_config.yaml").model.optimizer.lr for d in job_dirs]
-    assert lrs == [0.001, 0.003]
-    for job_dir in job_dirs:
-        assert "val/hmean" in _metric_names(job_dir)
