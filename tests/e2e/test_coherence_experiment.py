@@ -21,7 +21,7 @@ CONDITIONS = ["ce_only", "coherence", "no_stability", "no_center", "no_separatio
 
 
 @pytest.mark.slow
-def test_the_tiny_coherence_experiment_runs_every_condition(tmp_path):
+def test_the_tiny_coherence_experiment_runs_every_condition(tmp_path, shared_data_dir):
     # The experiment's own sweep, shortened: one seed, a few steps, no checkpoints.
     command = [
         sys.executable,
@@ -37,6 +37,7 @@ def test_the_tiny_coherence_experiment_runs_every_condition(tmp_path):
         "+trainer.limit_val_batches=1",
         "trainer.log_every_n_steps=1",
         f"paths.log_dir={tmp_path}",
+        f"paths.data_dir={shared_data_dir}",  # the toy sentences under pytest's tmp paths
     ]
     completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr[-3000:]
