@@ -42,7 +42,7 @@ from benchmarks.model_code import ensure_release
 from benchmarks.record import REPO_ROOT, write_result
 from vramkit.core.planner.batches import PhaseSamples, sample_batches
 from vramkit.core.planner.cuda_rules import DeviceRules
-from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan
+from vramkit.core.planner.plan import PHASES, MemoryPlanner, PhasePlan
 from vramkit.core.planner.run_setup import RunSetup
 from vramkit.core.units import GIB
 
@@ -78,6 +78,10 @@ RUN_KEYS = (
     "optimizer_layout",
     "gradient_checkpointing",
 )
+FROM_PRETRAINED = "from_pretrained"
+"""`run.weights_loading` (optional) of a case whose weights transformers' `from_pretrained` put on
+the device (a tied weight loaded once per name, then tied); by default Lightning moves them."""
+WEIGHTS_LOADINGS = ("module_to", FROM_PRETRAINED)
 # A GPU whose capability the source leaves out (ROCm) is planned as an sm_80-class device.
 _DEFAULT_CAPABILITY = (8, 0)
 
@@ -109,8 +113,10 @@ def case_problems(case: dict[str, Any]) -> list[str]:
     for key in RUN_KEYS:
         if key not in case["run"]:
             problems.append(f"run.{key}: missing")
-    if case["run"].get("phase") not in (TRAIN, VAL):
-        problems.append("run.phase: train or val")
+    if case["run"].get("phase") not in PHASES:
+        problems.append(f"run.phase: one of {', '.join(PHASES)}")
+    if case["run"].get("weights_loading", "module_to") not in WEIGHTS_LOADINGS:
+        problems.append(f"run.weights_loading: one of {', '.join(WEIGHTS_LOADINGS)}")
     if "_target_" not in (case["run"].get("optimizer") or {}):
         problems.append("run.optimizer: a _partial_ optimizer node with _target_")
     if not case["measured"] and case.get("oom") is None:
@@ -226,7 +232,11 @@ def replay(case: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     run = case["run"]
     setup = run_setup(case)
-    planner = MemoryPlanner(model_config(case), phase_samples(case))
+    planner = MemoryPlanner(
+        model_config(case),
+        phase_samples(case),
+        tied_loaded_twice=run.get("weights_loading") == FROM_PRETRAINED,
+    )
     plan = planner.measure(run["phase"], run["batch_size"], setup)
     comparisons = []
     for figure in case["measured"]:

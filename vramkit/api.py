@@ -5,7 +5,8 @@
     print(plan.train.batch_size, plan.train.peak_gib, plan.fits)
 
 The module is traced on fake tensors (nothing is allocated, no GPU needed) for two optimizer
-steps and a validation step under the profile's CUDA rules; "auto" batch sizes (every GPU
+steps, a validation step inside fit and an inference step on its own (``plan.inference``: eval
+mode, no training state) under the profile's CUDA rules; "auto" batch sizes (every GPU
 profile's default) are searched: the largest that fit the profile's budget. ``plan.to_json()``
 is what ``vramkit plan --json`` prints for the same module and data.
 """
@@ -113,8 +114,9 @@ class Plan:
     train: Phase
     val: Phase
     """Validation inside fit: the training state (parameters, gradients, optimizer) stays."""
-    inference: Phase | None
-    """Inference alone (eval mode, no training state), when the planner plans it; else None."""
+    inference: Phase
+    """Inference alone (``eval.py``): eval mode under ``torch.inference_mode``, no gradients or
+    optimizer state; the largest batch that fits when the validation batch size is "auto"."""
     memory_plan: MemoryPlan = field(repr=False, compare=False)
     """The planner's own result (remedies, setup, traces)."""
 
@@ -122,15 +124,13 @@ class Plan:
     def of(cls, memory_plan: MemoryPlan) -> Plan:
         """The user's view of the planner's `memory_plan`."""
         budget = memory_plan.budget_bytes
-        # The planner's inference phase (eval mode, no training state), once it plans one.
-        inference = getattr(memory_plan, "inference", None)
         return cls(
             profile=memory_plan.profile.name,
             budget_gib=memory_plan.budget_gib,
             fits=memory_plan.fits,
             train=Phase.of(memory_plan.train, budget, searched=memory_plan.train_searched),
             val=Phase.of(memory_plan.val, budget, searched=memory_plan.val_searched),
-            inference=None if inference is None else Phase.of(inference, budget, searched=True),
+            inference=Phase.of(memory_plan.inference, budget, searched=memory_plan.val_searched),
             memory_plan=memory_plan,
         )
 

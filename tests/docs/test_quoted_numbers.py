@@ -36,7 +36,7 @@ def _rows(text: str) -> dict[str, list[str]]:
         cells = [c for c in re.split(r"\s{2,}", line.strip(BOX_CHARACTERS + " ")) if c]
         cells = [c.strip(BOX_CHARACTERS + " ") for c in cells]
         cells = [c for c in cells if c]
-        if len(cells) == 3 and cells[0] not in rows:
+        if len(cells) >= 3 and cells[0] not in rows:  # a label and one cell per phase
             rows[cells[0]] = cells[1:]
         if line.startswith("what holds"):
             break

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.planner.errors import DoesNotFitError
-from vramkit.core.planner.plan import TRAIN, VAL
+from vramkit.core.planner.plan import INFERENCE, TRAIN, VAL
 from vramkit.core.planner.task_plan import MemoryPlan
 from vramkit.core.run import fit_to_budget as fit_module
 from vramkit.core.run.compose import CONF_DIR
@@ -59,6 +59,7 @@ def formula_plan(cfg, profile, *, train_batch_size, val_batch_size, with_remedie
         budget_bytes=budget,
         train=planner.measure(TRAIN, train_batch_size or 1, setup),
         val=planner.measure(VAL, val_batch_size or 1, setup),
+        inference=planner.measure(INFERENCE, val_batch_size or 1, setup),
         train_searched=train_batch_size is None,
         val_searched=val_batch_size is None,
         train_limit=None,

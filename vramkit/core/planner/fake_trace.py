@@ -13,6 +13,10 @@ the optimizer state are resident (Lightning does not free them between the phase
 what is measured; host post-processing (`.numpy()`, `.tolist()`) receives zero arrays of the
 right shape and dtype, so it runs, on empty outputs, without touching fake data.
 
+`trace_inference` is evaluation on its own (`eval.py`, `Trainer.validate`): only the parameters
+and buffers are resident, and `validation_step` runs in eval mode without grad inside the autocast
+block (see its docstring for why `no_grad` stands for Lightning's `torch.inference_mode`).
+
 Both work on real tensors too (no fake mode active), which is how the trace is checked against
 a real CPU run. `cuda_semantics` adds the CUDA rules for a fake trace of a GPU run.
 """
@@ -598,3 +602,63 @@ def trace_validation(
         module.train()
         recorder.close()
     return _result(recorder, attention)
+
+
+def trace_inference(
+    module: L.LightningModule,
+    batch: Any,
+    recorder: StorageRecorder,
+    semantics: StepSemantics,
+    *,
+    attention: CudaAttention | None = None,
+    tied_loaded_twice: bool = False,
+) -> StepTrace:
+    """Run one `validation_step` on `batch` as `Trainer.validate` does outside `fit`: no
+    gradients, no optimizer state, eval mode without grad.
+
+    Lightning validates under `torch.inference_mode`, which allocates on the device exactly what
+    `no_grad` does (it only skips version counters and view tracking, host-side). The trace uses
+    `no_grad`: under `inference_mode` fake tensors skip the emulated CUDA autocast kernels of
+    composite ops (`F.interpolate` stayed fp16, where CUDA autocast runs it in fp32), and the
+    transformer fast paths test only `torch.is_grad_enabled()`.
+
+    The parameters and buffers are registered one by one, as moving a module to the device
+    allocates them, so the allocator replay (`overhead_bytes`) sees the segments the load leaves
+    cached. With `tied_loaded_twice` the weights were loaded as transformers' `from_pretrained`
+    loads them onto the device: a tied weight once per name, the extra copies freed when the
+    weights are tied; their freed segments stay reserved.
+    """
+    module.zero_grad(set_to_none=True)
+    try:
+        with recorder, _quiet_logging(), recorder.attribute_to(module):
+            recorder.register([*module.parameters(), *module.buffers()], PARAMETERS)
+            if tied_loaded_twice:
+                copies = [torch.empty_like(weight) for weight in tied_duplicates(module)]
+                recorder.register(copies, PARAMETERS)
+                del copies
+            recorder.register(batch_tensors(batch), INPUTS)
+            recorder.reset_peak()
+            module.eval()
+            with (
+                HostTransfers(),
+                torch.no_grad(),
+                recorder.phase("inference step"),
+                semantics.forward_region(),
+                semantics.inference_fast_paths(module),
+            ):
+                module.validation_step(batch, 0)
+    finally:
+        module.train()
+        recorder.close()
+    return _result(recorder, attention)
+
+
+def tied_duplicates(module: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """Each parameter once for every name it has beyond its first (tied weights)."""
+    seen: set[int] = set()
+    duplicates = []
+    for _, parameter in module.named_parameters(remove_duplicate=False):
+        if id(parameter) in seen:
+            duplicates.append(parameter)
+        seen.add(id(parameter))
+    return duplicates

@@ -30,6 +30,7 @@ from vramkit.core.planner.fake_trace import (
     StepTrace,
     batch_tensors,
     cuda_semantics,
+    trace_inference,
     trace_training,
     trace_validation,
 )
@@ -51,7 +52,10 @@ from vramkit.core.units import GIB
 
 TRAIN = "train"
 VAL = "val"
-PHASES = (TRAIN, VAL)
+INFERENCE = "inference"
+"""Evaluation on its own (`eval.py`): eval mode, `torch.inference_mode`, no training state."""
+PHASES = (TRAIN, VAL, INFERENCE)
+_WITHOUT_GRAD = (VAL, INFERENCE)
 
 _MAX_SEARCH_STEPS = 24  # traces per search; the secant search needs 3-5 on typical models
 
@@ -169,6 +173,10 @@ class MemoryPlanner:
     """The model's config names a bitsandbytes 8-bit optimizer (swapped for planning)."""
     max_epochs: int = 1
     max_steps: int = -1
+    tied_loaded_twice: bool = False
+    """The inference phase's weights are loaded by transformers' `from_pretrained` onto the
+    device (a tied weight once per name, then tied), not moved there by Lightning
+    (`trace_inference`)."""
     traces: int = 0
     """How many phase traces ran (a cached measurement does not count)."""
     _subjects: dict[tuple, _Subject] = field(default_factory=dict, repr=False)
@@ -184,12 +192,13 @@ class MemoryPlanner:
         return self._subjects[key]
 
     def measure(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:
-        """Trace `phase` ("train" or "val") at `batch_size` under `setup`."""
+        """Trace `phase` ("train", "val" or "inference") at `batch_size` under `setup`."""
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
-        if phase == VAL:
-            # Validation runs without grad: checkpointing, accumulation and activation offload
-            # change nothing there, so remedies that differ only in them share one trace.
+        if phase in _WITHOUT_GRAD:
+            # Validation and inference run without grad: checkpointing, accumulation and
+            # activation offload change nothing there, so remedies that differ only in them share
+            # one trace.
             setup = setup.replace(
                 gradient_checkpointing=False, accumulate_grad_batches=1, activation_offload=False
             )
@@ -265,6 +274,15 @@ class MemoryPlanner:
             if phase == TRAIN:
                 trace = trace_training(
                     module, optimizer, batch, recorder, semantics, attention=attention
+                )
+            elif phase == INFERENCE:
+                trace = trace_inference(
+                    module,
+                    batch,
+                    recorder,
+                    semantics,
+                    attention=attention,
+                    tied_loaded_twice=self.tied_loaded_twice,
                 )
             else:
                 trace = trace_validation(

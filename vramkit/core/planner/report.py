@@ -27,6 +27,10 @@ _ROWS = (
 )
 
 
+_BREAKDOWN_WIDTH = 130
+"""Characters the three-phase breakdown may take: its rows stay one line each."""
+
+
 def _gib(value: float) -> float:
     return round(value, 3)
 
@@ -109,7 +113,8 @@ def _remedy_json(remedy: Remedy, budget_bytes: int | None) -> dict[str, Any]:
 
 
 def plan_json(plan: MemoryPlan) -> dict[str, Any]:
-    """The plan as plain JSON values: profile, budget_gib, fits, train, val, remedies, …"""
+    """The plan as plain JSON values: profile, budget_gib, fits, train, val, inference,
+    remedies, …"""
     profile = plan.profile
     budget = plan.budget_bytes
     return {
@@ -127,6 +132,7 @@ def plan_json(plan: MemoryPlan) -> dict[str, Any]:
         "fits": plan.fits,
         "train": {**_phase_json(plan.train, budget), "searched": plan.train_searched},
         "val": {**_phase_json(plan.val, budget), "searched": plan.val_searched},
+        "inference": {**_phase_json(plan.inference, budget), "searched": plan.val_searched},
         "remedies": [_remedy_json(remedy, budget) for remedy in plan.remedies],
         "allowances": {
             "cuda_context_gib": (
@@ -181,25 +187,26 @@ def plan_table(plan: MemoryPlan) -> str:
     budget = plan.budget_bytes
     train_label = _batch_label(plan.train, plan.train_searched, plan.train_limit, budget)
     val_label = _batch_label(plan.val, plan.val_searched, plan.val_limit, budget)
-    train_gib = plan.train.breakdown_gib()
-    val_gib = plan.val.breakdown_gib()
+    inference_label = _batch_label(plan.inference, plan.val_searched, plan.val_limit, budget)
+    phases = (("train", plan.train), ("val", plan.val), ("inference", plan.inference))
+    gib = [phase.breakdown_gib() for _, phase in phases]
     notes = row_notes(plan.setup.sharding)
     rows = [
         [
             f"{title} ({notes[key]})" if key in notes else title,
-            f"{train_gib[key]:.3f}",
-            f"{val_gib[key]:.3f}",
+            *(f"{values[key]:.3f}" for values in gib),
         ]
         for key, title in _ROWS
     ]
-    rows.append(["verdict", _verdict(plan.train.fits(budget)), _verdict(plan.val.fits(budget))])
-    rows.append(["peak at", plan.train.peak_at, plan.val.peak_at])
-    breakdown = render_table(["GiB", f"train {train_label}", f"val {val_label}"], rows)
+    rows.append(["verdict", *(_verdict(phase.fits(budget)) for _, phase in phases)])
+    rows.append(["peak at", *(phase.peak_at for _, phase in phases)])
+    labels = [f"train {train_label}", f"val {val_label}", f"inference {inference_label}"]
+    breakdown = render_table(["GiB", *labels], rows, width=_BREAKDOWN_WIDTH)
     lines = [head, budget_line, breakdown]
-    if plan.train.attention_kernels or plan.val.attention_kernels:
-        kernels = ", ".join(sorted({*plan.train.attention_kernels, *plan.val.attention_kernels}))
-        lines.append(f"attention kernel on this GPU: {kernels}")
-    for name, phase in (("train", plan.train), ("val", plan.val)):
+    kernels = sorted({kernel for _, phase in phases for kernel in phase.attention_kernels})
+    if kernels:
+        lines.append(f"attention kernel on this GPU: {', '.join(kernels)}")
+    for name, phase in phases:
         if phase.holders:
             lines.append("")
             lines.append(f"what holds the {name} peak ({phase.peak_at}), GiB:")

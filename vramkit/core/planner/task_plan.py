@@ -1,8 +1,8 @@
 """Plan a composed training config on a hardware profile: the entry point of the planner.
 
 `plan_task` builds the task's real datamodule (for one sample per phase) and its LightningModule
-(fake weights), traces both phases, searches the largest batch sizes where asked, and proposes
-remedies when the run does not fit.
+(fake weights), traces training, validation inside fit and inference on its own, searches the
+largest batch sizes where asked, and proposes remedies when the run does not fit.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from vramkit.core.config.instantiate import instantiate
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.hardware.settled import mark_settled
 from vramkit.core.planner.batches import PhaseSamples, sample_batches
-from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan
+from vramkit.core.planner.plan import INFERENCE, TRAIN, VAL, MemoryPlanner, PhasePlan
 from vramkit.core.planner.recorder import GRADIENTS, OPTIMIZER_STATE, PARAMETERS
 from vramkit.core.planner.remedies import Remedy, propose_remedies
 from vramkit.core.planner.run_setup import RunSetup
@@ -32,7 +32,7 @@ _UNBOUNDED_BATCH = 4096
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """The planner's answer for one profile: both phases, the verdict and the remedies."""
+    """The planner's answer for one profile: the three phases, the verdict and the remedies."""
 
     profile: HardwareProfile
     setup: RunSetup
@@ -42,9 +42,13 @@ class MemoryPlan:
     """The profile's memory budget; None for a CPU profile."""
     train: PhasePlan
     val: PhasePlan
+    inference: PhasePlan
+    """Evaluation on its own (`eval.py`): eval mode under `torch.inference_mode`, parameters and
+    buffers only resident; the largest batch that fits when the validation batch is searched."""
     train_searched: bool
     """The training batch size is the largest that fits (it was "auto")."""
     val_searched: bool
+    """The validation and inference batch sizes are the largest that fit (they were "auto")."""
     train_limit: int | None
     """The training dataset's size, which caps a searched batch size."""
     val_limit: int | None
@@ -63,7 +67,8 @@ class MemoryPlan:
 
     @property
     def fits(self) -> bool | None:
-        """Both phases fit the budget (None without a budget)."""
+        """Training and validation inside fit both fit the budget (None without a budget); the
+        inference phase is planned for `eval.py`, a run of its own."""
         if self.budget_bytes is None:
             return None
         return self.train.peak <= self.budget_bytes and self.val.peak <= self.budget_bytes
@@ -180,6 +185,8 @@ def plan_task(
     # Validation keeps the training state resident. When that state leaves room, a validation
     # set often fits whole: tracing its full size first then settles the search in one trace.
     val = phase(VAL, val_batch_size, samples.val_size, upper_first=_resident(train) < (budget or 0))
+    # Inference holds no training state: the validation set fits whole more often still.
+    inference = phase(INFERENCE, val_batch_size, samples.val_size, upper_first=True)
     remedies: list[Remedy] = []
     over = budget is not None and (train.peak > budget or val.peak > budget)
     if with_remedies and over:
@@ -191,6 +198,7 @@ def plan_task(
         budget_bytes=budget,
         train=train,
         val=val,
+        inference=inference,
         train_searched=train_batch_size is None,
         val_searched=val_batch_size is None,
         train_limit=samples.train_size,
