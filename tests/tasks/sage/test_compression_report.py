@@ -93,8 +93,11 @@ def test_the_student_is_the_best_checkpoint_and_scored_from_it(tmp_path):
 
 def test_the_table_shows_changed_cells_side_by_side():
     scores = {"cell_acc": 0.7, "changed_cell_acc": 0.125, "exact_match": 0.0, "size_acc": 0.5}
-    rows = [ModelRow("teacher", 3, {1: 1.0}, scores), ModelRow("copy_input", 0, {}, scores)]
-    table = format_report(build_report(rows, device="cpu", batch_sizes=(1,)))
+    rows = [
+        ModelRow("teacher", 3, {1: 1.0, 32: 9.0}, scores),
+        ModelRow("copy_input", 0, {}, scores),
+    ]
+    table = format_report(build_report(rows, device="cpu", batch_sizes=(1, 32)))
     header = table.splitlines()[1]
     assert header.index("cell_acc") < header.index("changed_cell_acc") < header.index("size_acc")
     assert "0.1250" in table

@@ -124,3 +124,14 @@ def test_copying_the_input_scores_zero_on_changed_cells():
     assert results["copy_"]["changed_cell_acc"] == 0.0
     # changed: (0, 0), the centre, and the new column's 3 cells; the model has 2 of 5
     assert results[""]["changed_cell_acc"] == 2 / 5
+
+
+def test_changed_cells_weigh_more_in_the_cell_loss():
+    query = _target(1, 2, colour=0)
+    target = query.clone()
+    target[0, 0, 1] = 4  # one of the 2 cells changes
+    logits = torch.zeros(1, 30, 30, 10)  # ln(10) per cell
+    base = cell_cross_entropy(logits, target, query)
+    weighted = cell_cross_entropy(logits, target, query, changed_weight=3.0)
+    assert torch.allclose(base, torch.log(torch.tensor(10.0)))
+    assert torch.allclose(weighted, base * (1 + 3) / 2)  # still divided by the 2 cells

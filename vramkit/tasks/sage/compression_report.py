@@ -131,7 +131,7 @@ def format_report(report: Mapping[str, Any]) -> str:
                 *(_cell(scores.get(s), ".4f") for s in SCORE_NAMES),
             ]
         )
-    text = [render_table(header, rows)]
+    text = [render_table(header, rows, width=140)]  # wide enough for every score's full name
     if "parameter_ratio" in report:
         latency = ", ".join(
             f"batch {b}: {_cell(report['latency_ratio'][str(b)], '.2f')}×" for b in sizes

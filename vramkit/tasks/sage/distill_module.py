@@ -65,9 +65,10 @@ class SageDistillModule(GridModelModule):
         teacher_width: int | None = None,
         report: Mapping[str, Any] | None = None,
         compile: bool = False,
+        changed_weight: float = 1.0,
     ) -> None:
         self.weights = DistillLossWeights(**(loss or {}))
-        super().__init__(net, optimizer, lr_schedule, self.weights.size, compile)
+        super().__init__(net, optimizer, lr_schedule, self.weights.size, compile, changed_weight)
         self.save_hyperparameters(ignore=["net", "optimizer"])
         report = dict(report or {})
         self.report_batch_sizes = tuple(report.pop("batch_sizes", (1, 32)))

@@ -13,19 +13,31 @@ from vramkit.tasks.sage.grid_outputs import GridOutput
 from vramkit.tasks.sage.grid_tokens import GRID_SIDE, NUM_COLOURS, PAD
 
 
-def cell_cross_entropy(cell_logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def cell_cross_entropy(
+    cell_logits: torch.Tensor,
+    target: torch.Tensor,
+    query_grid: torch.Tensor | None = None,
+    changed_weight: float = 1.0,
+) -> torch.Tensor:
     """Mean cross-entropy over the answer's cells; ``PAD`` cells (outside the answer) are ignored.
 
-    ``cell_logits`` (B, 30, 30, 10), ``target`` (B, 30, 30) long with ``PAD`` outside the grid.
+    ``cell_logits`` (B, 30, 30, 10), ``target`` and ``query_grid`` (B, 30, 30) long with ``PAD``
+    outside the grid. A *changed* cell (its answer colour differs from the query input there)
+    counts ``changed_weight`` times; the sum is still divided by the number of answer cells.
     """
     flat_target = target.reshape(-1)
-    summed = F.cross_entropy(
+    per_cell = F.cross_entropy(
         cell_logits.reshape(-1, NUM_COLOURS).float(),
         flat_target,
         ignore_index=PAD,
-        reduction="sum",
+        reduction="none",
     )
-    return summed / (flat_target != PAD).sum().clamp(min=1)
+    if changed_weight != 1.0:
+        if query_grid is None:
+            raise ValueError("a changed-cell weight needs the query grid")
+        changed = (target != query_grid).reshape(-1)
+        per_cell = per_cell * torch.where(changed, changed_weight, 1.0)
+    return per_cell.sum() / (flat_target != PAD).sum().clamp(min=1)
 
 
 def size_cross_entropy(size_logits: torch.Tensor, target_size: torch.Tensor) -> torch.Tensor:
@@ -34,10 +46,17 @@ def size_cross_entropy(size_logits: torch.Tensor, target_size: torch.Tensor) -> 
 
 
 def task_loss(
-    output: GridOutput, batch: Mapping[str, torch.Tensor], *, size_weight: float
+    output: GridOutput,
+    batch: Mapping[str, torch.Tensor],
+    *,
+    size_weight: float,
+    changed_weight: float = 1.0,
 ) -> dict[str, torch.Tensor]:
-    """``loss = cell_ce + size_weight × size_ce`` (no size term for a network without a head)."""
-    cell_ce = cell_cross_entropy(output.cell_logits, batch["target"])
+    """``loss = cell_ce + size_weight × size_ce`` (no size term for a network without a head);
+    ``cell_ce`` weighs changed cells ``changed_weight`` times (:func:`cell_cross_entropy`)."""
+    cell_ce = cell_cross_entropy(
+        output.cell_logits, batch["target"], batch["query_grid"], changed_weight
+    )
     losses = {"cell_ce": cell_ce, "loss": cell_ce}
     if output.size_logits is not None:
         size_ce = size_cross_entropy(output.size_logits, batch["target_size"])

@@ -108,6 +108,7 @@ class GridModelModule(ScheduledOptimization, OOMResilientModule):
         lr_schedule: dict[str, Any] | None = None,
         size_weight: float = 1.0,
         compile: bool = False,
+        changed_weight: float = 1.0,
     ) -> None:
         super().__init__()
         self.net = net
@@ -115,6 +116,9 @@ class GridModelModule(ScheduledOptimization, OOMResilientModule):
         if size_weight < 0:
             raise ValueError(f"model.size_weight must be >= 0, got {size_weight}")
         self.size_weight = size_weight
+        if changed_weight < 0:
+            raise ValueError(f"model.changed_weight must be >= 0, got {changed_weight}")
+        self.changed_weight = changed_weight
         self.scoreboard = GridScoreboard()
         self.loss_totals = MeanTotals()
         self.last_scores: dict[str, dict[str, float]] = {}
@@ -130,7 +134,9 @@ class GridModelModule(ScheduledOptimization, OOMResilientModule):
 
     def _means(self, output: GridOutput, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The means the loss is made of, by name (keys of ``MEAN_UNITS``)."""
-        losses = task_loss(output, batch, size_weight=self.size_weight)
+        losses = task_loss(
+            output, batch, size_weight=self.size_weight, changed_weight=self.changed_weight
+        )
         return {name: value for name, value in losses.items() if name in self.MEAN_UNITS}
 
     def _mean_weights(self) -> dict[str, float]:
@@ -247,8 +253,9 @@ class ArcTeacherModule(GridModelModule):
         lr_schedule: dict[str, Any] | None = None,
         size_weight: float = 1.0,
         compile: bool = False,
+        changed_weight: float = 1.0,
     ) -> None:
-        super().__init__(net, optimizer, lr_schedule, size_weight, compile)
+        super().__init__(net, optimizer, lr_schedule, size_weight, compile, changed_weight)
         self.save_hyperparameters(ignore=["net", "optimizer"])
         self.network_config = network_config(net)
 
