@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.tasks.sage.teacher_checkpoint import MissingTeacherError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted(p.stem for p in (REPO_ROOT / "conf" / "hw").glob("*.yaml"))
@@ -61,6 +62,10 @@ def test_profile_precision_follows_capability(compose_config, profile):
 @pytest.mark.parametrize("task", TASKS)
 def test_every_task_resolves(compose_config, task):
     cfg = compose_config(f"task={task}", "+hw=cpu")
+    if task == "sage_distill":  # the student's data are a teacher's features: no teacher, no plan
+        with pytest.raises(MissingTeacherError, match=r"checkpoint=latest.*train one"):
+            resolve_hardware(cfg, conf_dir=REPO_ROOT / "conf", device=CPU)
+        return
     resolve_hardware(cfg, conf_dir=REPO_ROOT / "conf", device=CPU)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved["data"]["batch_size"], int)

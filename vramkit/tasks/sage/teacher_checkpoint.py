@@ -29,11 +29,18 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from vramkit.core.config.legacy_targets import upgrade_targets
+from vramkit.core.config.schema import ConfigError
 from vramkit.tasks.sage.commands import TEACHER_ENTRY, suggest_command
 
 LATEST = "latest"  # teacher.checkpoint value: the newest arc_teacher run's last.ckpt
 TEACHER_NETWORK_KEY = "sage_teacher_network"  # checkpoint entry: {_target_, **init kwargs}
 TEACHER_TASK = "arc_teacher"
+
+
+class MissingTeacherError(ConfigError, FileNotFoundError):
+    """No teacher checkpoint where ``teacher.checkpoint`` points: a refusal (one line, exit 2, no
+    run folder) that names the command training one, raised before any work when the planner or
+    the run first builds the student's data."""
 
 
 def network_config(net: nn.Module) -> dict[str, Any]:
@@ -63,23 +70,25 @@ def find_latest_teacher(log_dir: Path) -> Path | None:
 def resolve_teacher_checkpoint(value: str, *, log_dir: Path) -> Path:
     """``teacher.checkpoint`` as an existing file; ``latest`` looks under ``log_dir``.
 
-    Raises FileNotFoundError with the command that trains a teacher.
+    Raises MissingTeacherError (a FileNotFoundError) with the command that trains a teacher.
     """
     command = suggest_command(TEACHER_ENTRY, task=TEACHER_TASK)
     if str(value) == LATEST:
         found = find_latest_teacher(log_dir)
         if found is None:
-            raise FileNotFoundError(
+            raise MissingTeacherError(
                 f"teacher.checkpoint=latest: no teacher checkpoint under "
                 f"{Path(log_dir) / TEACHER_TASK}; train one with `{command}` "
-                f"or set teacher.checkpoint=<path to a checkpoint>"
+                f"or set teacher.checkpoint=<path to a checkpoint>",
+                ("teacher.checkpoint",),
             )
         return found
     path = Path(value)
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingTeacherError(
             f"teacher.checkpoint: no file at {path}; train a teacher with `{command}` "
-            f"or point teacher.checkpoint at an existing checkpoint"
+            f"or point teacher.checkpoint at an existing checkpoint",
+            ("teacher.checkpoint",),
         )
     return path
 
