@@ -89,6 +89,11 @@ def test_the_student_is_the_best_checkpoint_and_scored_from_it(tmp_path):
     scores, student = student_scores(_trainer(), at_end)
     assert scores == at_end and student["path"] is None
     assert "no checkpoint ranked" in student["description"]
+    # a checkpoint saved before its weights were scored (an older run's) is not taken for them
+    unscored = tmp_path / "old.ckpt"
+    torch.save({"epoch": 3}, unscored)
+    scores, student = student_scores(_trainer(str(unscored), 0.2), at_end)
+    assert scores == at_end and f"{unscored} holds no scores" in student["description"]
 
 
 def test_the_table_shows_changed_cells_side_by_side():

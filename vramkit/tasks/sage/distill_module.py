@@ -255,7 +255,8 @@ def student_scores(
         else {}
     )
     if SCORES_KEY not in saved:
-        end = "the weights at the end of training (no checkpoint ranked by a monitored metric)"
+        why = f"{path} holds no scores" if saved else "no checkpoint ranked by a monitored metric"
+        end = f"the weights at the end of training ({why})"
         return last_scores, {"path": None, "description": end}
     value = float(callback.best_model_score)
     description = (
