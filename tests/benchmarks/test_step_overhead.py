@@ -56,11 +56,11 @@ def test_a_tiny_run_measures_every_side_and_checks_the_targets(monkeypatch):
     # the in-fit measure a block pair whichever parity a round starts with.
     monkeypatch.setattr(step_overhead, "WARMUP_STEPS", 0)
     steps = step_overhead.WARMUP_STEPS + 3 * step_overhead.LOG_EVERY_N_STEPS + 2
-    numbers = step_overhead.run(rounds=2, steps=steps)
+    numbers = step_overhead.run(rounds=1, steps=steps)
     assert set(numbers["step_us"]) == {"plain", "lightning", "vramkit"}
     assert all(numbers["step_us"][side]["min"] > 0 for side in numbers["step_us"])
     assert set(numbers["guard_us"]) == {"4", "100", "600"}
-    assert all(len(values) == 2 for values in numbers["all_rounds"].values())
+    assert all(len(values) == 1 for values in numbers["all_rounds"].values())
     bytecodes = numbers["bytecodes_per_step"]
     assert bytecodes["lightning"] > 1000  # a Lightning step runs thousands of bytecodes
     difference = bytecodes["vramkit"] - bytecodes["lightning"]
