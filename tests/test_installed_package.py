@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,18 @@ DOC = REPO / "docs" / "python_api.md"
 def test_the_installed_wheel_plans_a_users_module_outside_the_checkout(tmp_path):
     pip = [sys.executable, "-m", "pip", "-q"]
     wheels, target, work = tmp_path / "wheels", tmp_path / "installed", tmp_path / "work"
+    # Built from a copy of what the wheel is made of: setuptools writes build/ and *.egg-info
+    # into the source folder, which must stay the checkout as cloned.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    for name in ("vramkit", "conf"):
+        shutil.copytree(
+            REPO / name, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
     subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)],
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
         check=True,
         cwd=tmp_path,
     )

@@ -21,9 +21,15 @@ PLAN_COMMAND = "python scripts/plan_memory.py +hw=t4"
 BOX_CHARACTERS = "│┃┏┓┗┛┡┩└┘┳┻╇━─"
 
 
-def _run(*args: str) -> str:
+def _run(*args: str, data_dir: Path, log_dir: Path) -> str:
+    # The commands as the pages quote them, writing their data and logs under pytest's tmp paths.
+    paths = (f"paths.data_dir={data_dir}", f"paths.log_dir={log_dir}")
     done = subprocess.run(
-        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+        [sys.executable, args[0], *paths, *args[1:]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
@@ -69,8 +75,9 @@ def _quoted_plan_blocks() -> list[tuple[Path, str]]:
 
 
 @pytest.fixture(scope="module")
-def t4_plan() -> str:
-    return _run("scripts/plan_memory.py", "+hw=t4")
+def t4_plan(shared_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    logs = tmp_path_factory.mktemp("logs")
+    return _run("scripts/plan_memory.py", "+hw=t4", data_dir=shared_data_dir, log_dir=logs)
 
 
 def test_the_pages_quote_the_t4_plan_somewhere():
@@ -89,11 +96,21 @@ def test_every_quoted_t4_plan_table_is_what_the_planner_prints(t4_plan):
             )
 
 
-def test_the_readme_batch_size_is_what_the_resolved_config_prints(t4_plan):
+def test_the_readme_batch_size_is_what_the_resolved_config_prints(
+    t4_plan, shared_data_dir, tmp_path
+):
     readme = (ROOT / "README.md").read_text()
     quoted = re.search(r"prints `data\.batch_size: (\d+)`", readme)
     assert quoted, "README no longer quotes the resolved batch size"
-    resolved = _run("train.py", "+hw=t4", "--cfg", "job", "--resolve")
+    resolved = _run(
+        "train.py",
+        "+hw=t4",
+        "--cfg",
+        "job",
+        "--resolve",
+        data_dir=shared_data_dir,
+        log_dir=tmp_path,
+    )
     data_node = resolved.split("\ndata:\n", 1)[1]
     printed = re.search(r"^  batch_size: (\d+)$", data_node, flags=re.M)
     assert printed and printed.group(1) == quoted.group(1)
