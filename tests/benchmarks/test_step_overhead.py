@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import run_all, step_overhead
+from benchmarks import configs, run_all, step_overhead
 
 
 def test_step_times_leave_the_warm_up_out():
@@ -51,7 +51,10 @@ def test_summary_line_shows_both_targets():
 
 
 @pytest.mark.slow
-def test_a_tiny_run_measures_every_side_and_checks_the_targets(monkeypatch):
+def test_a_tiny_run_measures_every_side_and_checks_the_targets(monkeypatch, shared_data_dir):
+    # The default callbacks come from the composed default task, whose data `make bench` keeps
+    # in the repository's data/; a test keeps it under pytest's tmp paths (forked sides too).
+    monkeypatch.setattr(configs, "DATA_DIR", shared_data_dir)
     # No warm-up in this process (the pair's processes keep theirs): 3 blocks of steps give
     # the in-fit measure a block pair whichever parity a round starts with.
     monkeypatch.setattr(step_overhead, "WARMUP_STEPS", 0)
