@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 train: install  ## train the default job on the detected hardware (ARGS="+hw=t4 ..." to pass overrides)
 	$(PY) train.py $(ARGS)
 
-test: install  ## the whole test suite (under 10 minutes on 2 cores)
+test: install  ## the whole test suite (about 7 minutes on 2 quiet cores, end-to-end runs included)
 	$(PY) -m pytest -q -n 2
 
 test-fast: install  ## the suite without the end-to-end runs
