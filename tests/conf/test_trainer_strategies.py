@@ -21,10 +21,16 @@ STRATEGIES = {
 }
 
 
+def _compose(tmp_path, *overrides: str):
+    # Reading a profile value previews the plan, which renders the task's data: under tmp_path.
+    data = f"paths.data_dir={tmp_path / 'data'}"
+    return compose_config("train", [data, *overrides], output_dir=tmp_path)
+
+
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_each_strategy_composes_with_its_settings(name, tmp_path):
     register_resolvers()
-    cfg = compose_config("train", ["+hw=cpu", f"trainer={name}"], output_dir=tmp_path)
+    cfg = _compose(tmp_path, "+hw=cpu", f"trainer={name}")
     trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
     strategy, sync = STRATEGIES[name]
     target = trainer["strategy"]
@@ -58,7 +64,7 @@ SHARDINGS = {
 def test_the_planner_plans_each_strategy_per_device_of_its_world(name, tmp_path):
     register_resolvers()
     overrides = ["+hw=a100_40gb", f"trainer={name}", "hw.devices=4", "hw.num_nodes=2"]
-    cfg = compose_config("train", overrides, output_dir=tmp_path)
+    cfg = _compose(tmp_path, *overrides)
     profile = validate_profile(
         OmegaConf.to_container(cfg.hw), ProfileSource("conf/hw/a100_40gb.yaml")
     )
@@ -70,7 +76,7 @@ def test_the_planner_plans_each_strategy_per_device_of_its_world(name, tmp_path)
 
 def test_one_device_with_the_default_trainer_is_the_trace_itself(tmp_path):
     register_resolvers()
-    cfg = compose_config("train", ["+hw=a100_40gb"], output_dir=tmp_path)
+    cfg = _compose(tmp_path, "+hw=a100_40gb")
     profile = validate_profile(OmegaConf.to_container(cfg.hw), ProfileSource("a100_40gb"))
     assert run_sharding(cfg, profile).strategy == SINGLE
 
@@ -79,5 +85,5 @@ def test_num_nodes_flows_from_the_profile_to_the_trainer(tmp_path):
     register_resolvers()
     overrides = ["+hw=a100_40gb", "trainer=ddp", "hw.num_nodes=3", "hw.batch_size=8"]
     overrides.append("hw.val_batch_size=8")  # explicit sizes: the preview only checks them
-    cfg = compose_config("train", overrides, output_dir=tmp_path)
+    cfg = _compose(tmp_path, *overrides)
     assert cfg.trainer.num_nodes == 3
