@@ -91,3 +91,28 @@ def run_process_pair() -> Callable[..., list[dict]]:
     """``run_process_pair(worker, *args, out_dir=...)``: a worker script run as two gloo
     processes, their JSON results (see :func:`_run_process_pair`)."""
     return _run_process_pair
+
+
+LITTER = ("logs", "data", "build", "outputs", "multirun", "wandb")
+"""Folders a run or a build writes into the checkout: the suite must write only under pytest's
+tmp paths, so none of them may appear during it."""
+CHECKOUT = Path(__file__).resolve().parents[1]
+_litter_before = pytest.StashKey[set]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_litter_before] = {n for n in LITTER if (CHECKOUT / n).exists()}
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks once
+        return
+    before = session.config.stash.get(_litter_before, set())
+    new = sorted(n for n in LITTER if (CHECKOUT / n).exists() and n not in before)
+    if new:
+        session.config.get_terminal_writer().line(
+            f"the suite wrote into the checkout: {', '.join(f'{n}/' for n in new)} "
+            "(tests must write under pytest's tmp paths)",
+            red=True,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
