@@ -587,17 +587,7 @@ def trace_validation(
         with recorder, _quiet_logging(), recorder.attribute_to(module):
             prepare_resident_state(module, optimizer)
             _register_state(module, optimizer, recorder)
-            recorder.register(batch_tensors(batch), INPUTS)
-            recorder.reset_peak()
-            module.eval()
-            with (
-                HostTransfers(),
-                torch.no_grad(),
-                recorder.phase("validation step"),
-                semantics.forward_region(),
-                semantics.inference_fast_paths(module),
-            ):
-                module.validation_step(batch, 0)
+            _evaluation_step(module, batch, recorder, semantics, "validation step")
     finally:
         module.train()
         recorder.close()
@@ -636,21 +626,33 @@ def trace_inference(
                 copies = [torch.empty_like(weight) for weight in tied_duplicates(module)]
                 recorder.register(copies, PARAMETERS)
                 del copies
-            recorder.register(batch_tensors(batch), INPUTS)
-            recorder.reset_peak()
-            module.eval()
-            with (
-                HostTransfers(),
-                torch.no_grad(),
-                recorder.phase("inference step"),
-                semantics.forward_region(),
-                semantics.inference_fast_paths(module),
-            ):
-                module.validation_step(batch, 0)
+            _evaluation_step(module, batch, recorder, semantics, "inference step")
     finally:
         module.train()
         recorder.close()
     return _result(recorder, attention)
+
+
+def _evaluation_step(
+    module: L.LightningModule,
+    batch: Any,
+    recorder: StorageRecorder,
+    semantics: StepSemantics,
+    phase: str,
+) -> None:
+    """`module.validation_step` on `batch` in eval mode without grad, its peak counted from the
+    state already registered; the caller puts the module back in training mode."""
+    recorder.register(batch_tensors(batch), INPUTS)
+    recorder.reset_peak()
+    module.eval()
+    with (
+        HostTransfers(),
+        torch.no_grad(),
+        recorder.phase(phase),
+        semantics.forward_region(),
+        semantics.inference_fast_paths(module),
+    ):
+        module.validation_step(batch, 0)
 
 
 def tied_duplicates(module: torch.nn.Module) -> list[torch.nn.Parameter]:
