@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -23,6 +24,28 @@ TOY_ICDAR_DIR = Path(__file__).resolve().parent / "data" / "icdar2015_toy"
 os.environ.setdefault("WANDB_SILENT", "true")
 # Two cores, possibly two pytest workers: one intra-op thread each avoids oversubscription.
 torch.set_num_threads(1)
+
+
+_JOB_HANDLERS = (logging.StreamHandler, logging.FileHandler)  # Hydra's job_logging: console, file
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_as_before() -> Iterator[None]:
+    """Give the root logger back its handlers and level after each test.
+
+    A test that runs a Hydra job in-process leaves Hydra's console handler on the root logger,
+    bound to that test's captured stream; once pytest closes the stream, a later test's warning
+    prints "--- Logging error ---" into its stderr. pytest's own capture handlers come and go
+    with each phase and are left alone.
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    left_behind = [h for h in root.handlers if h not in handlers and type(h) in _JOB_HANDLERS]
+    for handler in left_behind:
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
