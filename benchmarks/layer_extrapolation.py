@@ -42,9 +42,9 @@ from torch import nn
 
 from benchmarks.plan_speed import CASES
 from benchmarks.record import REPO_ROOT, write_result
-from vramkit.core.planner import cuda_rules
-from vramkit.core.planner import plan as plan_module
-from vramkit.core.planner.recorder import CATEGORIES, StorageRecorder
+from vramkit.core.planner.cuda import cuda_rules
+from vramkit.core.planner.decisions import plan as plan_module
+from vramkit.core.planner.tracing.recorder import CATEGORIES, StorageRecorder
 
 MIN_BLOCKS = 4
 SHORT_COUNTS = (2, 3, 4)

@@ -40,10 +40,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.model_code import ensure_release
 from benchmarks.record import REPO_ROOT, write_result
-from vramkit.core.planner.batches import PhaseSamples, sample_batches
-from vramkit.core.planner.cuda_rules import DeviceRules
-from vramkit.core.planner.plan import PHASES, MemoryPlanner, PhasePlan
-from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.cuda.cuda_rules import DeviceRules
+from vramkit.core.planner.decisions.plan import PHASES, MemoryPlanner, PhasePlan
+from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
+from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.units import GIB
 
 NAME = "planner_field"

@@ -25,7 +25,7 @@ with long_lived_imports(freeze=__name__ == "__main__"):
 
     from vramkit.core.hardware.profile import AUTO, HardwareProfile, ProfileError
     from vramkit.core.planner import PlanningError, plan_json, plan_table, plan_task
-    from vramkit.core.planner.task_defaults import task_batch_default
+    from vramkit.core.planner.decisions.task_defaults import task_batch_default
     from vramkit.core.run.compose import CONF_DIR, compose_config
     from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
     from vramkit.core.run.resolve_hardware import requested_profile

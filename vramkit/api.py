@@ -33,7 +33,7 @@ from vramkit.core.hardware.profile import (
     validate_profile,
 )
 from vramkit.core.planner import MemoryPlan, PhasePlan, plan_json, plan_table, plan_task
-from vramkit.core.planner.batches import PhaseSamples, sample_batches
+from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
 from vramkit.core.run.resolvers import CONF_DIR
 from vramkit.core.units import GIB
 

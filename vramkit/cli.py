@@ -101,7 +101,7 @@ def _hf_plan(args: argparse.Namespace):
     from vramkit.api import Plan
     from vramkit.core.config.instantiate import instantiate
     from vramkit.core.planner import plan_task
-    from vramkit.core.planner.task_plan import planning_config
+    from vramkit.core.planner.decisions.task_plan import planning_config
     from vramkit.core.run.compose import CONF_DIR, compose_config
     from vramkit.core.run.resolve_hardware import requested_profile
 
@@ -124,7 +124,7 @@ def _hf_plan(args: argparse.Namespace):
 
 
 def _verify(args: argparse.Namespace, result, module: Any, datamodule: Any) -> int:
-    from vramkit.core.planner.verify import (
+    from vramkit.core.planner.decisions.verify import (
         append_cases,
         comparison_rows,
         comparison_table,
@@ -170,7 +170,7 @@ def plan_command(argv: Sequence[str]) -> int:
 
     try:
         if args.verify:
-            from vramkit.core.planner.verify import require_gpu
+            from vramkit.core.planner.decisions.verify import require_gpu
 
             require_gpu()  # before minutes of planning
         if args.hf:

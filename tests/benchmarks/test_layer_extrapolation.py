@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from benchmarks import layer_extrapolation as check
-from vramkit.core.planner.recorder import CATEGORIES
+from vramkit.core.planner.tracing.recorder import CATEGORIES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core" / "planner"))
 
@@ -50,8 +50,7 @@ def test_blocks_that_differ_are_not_cut():
 
 def test_a_hugging_face_phi_decoder_list_is_found_and_cut_back():
     pytest.importorskip("transformers")
-    from planning_models import PhiClassifier
-    from test_plan_phi import TINY_PHI
+    from planning_models import TINY_PHI, PhiClassifier
 
     with torch.device("meta"):
         module = PhiClassifier({**TINY_PHI, "num_hidden_layers": 6}, None)
@@ -92,8 +91,8 @@ def test_a_bent_figure_or_a_moving_peak_is_not_affine():
 
 @pytest.mark.parametrize("replayed", [3 << 30, 1 << 30])  # above, then below the reserve floor
 def test_the_carried_overhead_is_the_planners_own(replayed):
-    from vramkit.core.planner.allocator_model import replay_reserved
-    from vramkit.core.planner.cuda_rules import DeviceRules
+    from vramkit.core.planner.cuda.allocator_model import replay_reserved
+    from vramkit.core.planner.cuda.cuda_rules import DeviceRules
 
     t4 = DeviceRules(capability=(7, 5), flash_attention=False, mem_efficient_attention=True)
     allocated = 2 << 30

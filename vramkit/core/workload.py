@@ -43,7 +43,7 @@ from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.source import closest, source_of
 from vramkit.core.oom.resilient_module import OOMResilientModule
 from vramkit.core.optim.scheduled_module import ScheduledOptimization
-from vramkit.core.planner.batches import ItemLengths, PlanningSetup
+from vramkit.core.planner.tracing.batches import ItemLengths, PlanningSetup
 from vramkit.core.report.task_figures import DrawsReportFigures
 
 __all__ = [

@@ -28,8 +28,8 @@ def test_old_paths_become_new_ones_with_a_warning_and_new_paths_stay():
     with pytest.warns(FutureWarning, match="old layout"):
         assert current_target(OLD_NETWORK) == "vramkit.tasks.sage.grid_transformer.GridTransformer"
     with pytest.warns(FutureWarning):  # a moved package: the longest prefix wins
-        moved = current_target("vramkit.hardware.planner.cuda_rules.sdpa_backend")
-    assert moved == "vramkit.core.planner.cuda_rules.sdpa_backend"
+        moved = current_target("vramkit.hardware.planner.errors.PlanningError")
+    assert moved == "vramkit.core.planner.errors.PlanningError"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert current_target("vramkit.core.run.train.train") == "vramkit.core.run.train.train"

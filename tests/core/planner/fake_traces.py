@@ -9,15 +9,15 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from vramkit.core.planner import fake_trace
-from vramkit.core.planner.fake_trace import (
+from vramkit.core.planner.shortcuts.output_memo import OutputMemo
+from vramkit.core.planner.tracing import fake_trace
+from vramkit.core.planner.tracing.fake_trace import (
     FakeStepRecorder,
     StepTrace,
     cuda_semantics,
     trace_training,
 )
-from vramkit.core.planner.output_memo import OutputMemo
-from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.tracing.run_setup import RunSetup
 
 
 def traced_steps(

@@ -8,17 +8,17 @@ from dataclasses import dataclass
 from omegaconf import OmegaConf
 
 from vramkit.core.hardware.profile import HardwareProfile
-from vramkit.core.planner.optimizer_layouts import ADAMW_8BIT, CONFIGURED, ZERO2_OFFLOAD
-from vramkit.core.planner.plan import TRAIN, PhasePlan, largest_fitting
-from vramkit.core.planner.recorder import (
+from vramkit.core.planner.cuda.optimizer_layouts import ADAMW_8BIT, CONFIGURED, ZERO2_OFFLOAD
+from vramkit.core.planner.decisions.plan import TRAIN, PhasePlan, largest_fitting
+from vramkit.core.planner.decisions.remedies import Change
+from vramkit.core.planner.tracing.recorder import (
     ACTIVATIONS,
     GRADIENTS,
     INPUTS,
     OPTIMIZER_STATE,
     PARAMETERS,
 )
-from vramkit.core.planner.remedies import Change
-from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.units import GIB
 
 PROFILE = HardwareProfile(

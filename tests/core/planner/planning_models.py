@@ -271,3 +271,16 @@ class TiedLanguageModel(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.optimizer_factory(params=self.parameters())
+
+
+# A two-layer Phi: the Hugging Face model's code paths at a size a CPU test traces in a second.
+TINY_PHI = {
+    "vocab_size": 1000,
+    "hidden_size": 64,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 128,
+    "num_labels": 2,
+    "pad_token_id": 0,
+}

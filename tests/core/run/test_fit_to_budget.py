@@ -1,8 +1,8 @@
 """fit_to_budget: a run over budget is fitted (hw.fit=auto), refused (off) or, on a CPU
 rehearsal, told what its GPU would do; the chosen overrides are what the run then is.
 
-The plan comes from the formula planner of tests/core/planner/test_auto_fit.py (fast and exact);
-the end-to-end tests at the bottom trace the tiny text classifier.
+The plan comes from the formula planner of tests/core/planner/decisions/test_auto_fit.py (fast and
+exact); the end-to-end tests at the bottom trace the tiny text classifier.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from vramkit.core.hardware.detect import DeviceInfo
+from vramkit.core.planner.decisions.plan import INFERENCE, TRAIN, VAL
+from vramkit.core.planner.decisions.task_plan import MemoryPlan
 from vramkit.core.planner.errors import DoesNotFitError
-from vramkit.core.planner.plan import INFERENCE, TRAIN, VAL
-from vramkit.core.planner.task_plan import MemoryPlan
 from vramkit.core.run import fit_to_budget as fit_module
 from vramkit.core.run.compose import CONF_DIR
 from vramkit.core.run.fit_to_budget import FIT_DECISION, fit_to_budget, write_fit_decision

@@ -18,10 +18,10 @@ import torch
 from omegaconf import OmegaConf
 
 from vramkit.core.hardware.profile import HardwareProfile
-from vramkit.core.planner.batches import PhaseSamples
+from vramkit.core.planner.decisions.host_memory import CPU_STEP_ALLOWANCE, HostBudget
 from vramkit.core.planner.errors import DoesNotFitError
-from vramkit.core.planner.host_memory import CPU_STEP_ALLOWANCE, HostBudget
-from vramkit.core.planner.run_setup import RunSetup
+from vramkit.core.planner.tracing.batches import PhaseSamples
+from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.report.build import MEMORY_PLAN
 from vramkit.core.run import fit_to_budget as fit_module
 from vramkit.core.run.fit_to_budget import fit_host_memory

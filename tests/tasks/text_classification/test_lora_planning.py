@@ -10,8 +10,13 @@ pytest.importorskip("transformers", reason="task=text_classification needs `tran
 pytest.importorskip("peft", reason="model.lora needs `peft`")
 
 from vramkit.core.config.instantiate import instantiate
-from vramkit.core.planner.recorder import ACTIVATIONS, GRADIENTS, OPTIMIZER_STATE, PARAMETERS
-from vramkit.core.planner.task_plan import plan_task
+from vramkit.core.planner.decisions.task_plan import plan_task
+from vramkit.core.planner.tracing.recorder import (
+    ACTIVATIONS,
+    GRADIENTS,
+    OPTIMIZER_STATE,
+    PARAMETERS,
+)
 from vramkit.core.run.resolve_hardware import requested_profile
 from vramkit.tasks.text_classification.planned_quantized_linear import PlannedQuantizedLinear
 
@@ -111,11 +116,15 @@ def test_the_lora_step_traced_on_fake_tensors_allocates_what_a_real_cpu_step_doe
     """What frozen weights save for backward, adapters' grads and AdamW state, op by op."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from vramkit.core.planner.batches import grow_batch
-    from vramkit.core.planner.fake_trace import FakeStepRecorder, cuda_semantics, trace_training
-    from vramkit.core.planner.recorder import StorageRecorder
-    from vramkit.core.planner.run_setup import RunSetup
-    from vramkit.core.planner.subject import build_module, build_optimizer
+    from vramkit.core.planner.tracing.batches import grow_batch
+    from vramkit.core.planner.tracing.fake_trace import (
+        FakeStepRecorder,
+        cuda_semantics,
+        trace_training,
+    )
+    from vramkit.core.planner.tracing.recorder import StorageRecorder
+    from vramkit.core.planner.tracing.run_setup import RunSetup
+    from vramkit.core.planner.tracing.subject import build_module, build_optimizer
 
     setup = RunSetup(precision="32-true", device=None)
     model_cfg = _lora_model_config()

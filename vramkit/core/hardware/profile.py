@@ -111,7 +111,7 @@ class HardwareProfile:
     """Refuse to run when the device does not match the profile (false: map and rehearse)."""
     fit: Fit = AUTO
     """When the plan does not fit the budget: "auto" applies the cheapest remedy that fits
-    (vramkit.core.planner.auto_fit), "off" refuses and lists the remedies."""
+    (vramkit.core.planner.decisions.auto_fit), "off" refuses and lists the remedies."""
     fit_allow: tuple[FitConsent, ...] = ()
     """Remedies `fit: auto` may apply although they change what is trained, e.g. ["lora"]."""
 

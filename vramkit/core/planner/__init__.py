@@ -6,13 +6,19 @@ reports the peak of each phase against the profile's budget. Entry points: `plan
 (`scripts/plan_memory.py`) and `resolve_auto_batch_sizes` (`batch_size: auto` in a profile).
 """
 
-from vramkit.core.planner.auto_batch import resolve_auto_batch_sizes
+from vramkit.core.planner.decisions.auto_batch import resolve_auto_batch_sizes
+from vramkit.core.planner.decisions.plan import (
+    TRAIN,
+    VAL,
+    MemoryPlanner,
+    PhasePlan,
+    largest_fitting,
+)
+from vramkit.core.planner.decisions.remedies import Remedy
+from vramkit.core.planner.decisions.report import plan_json, plan_table
+from vramkit.core.planner.decisions.task_plan import MemoryPlan, plan_task
 from vramkit.core.planner.errors import DoesNotFitError, PlanningDataError, PlanningError
-from vramkit.core.planner.plan import TRAIN, VAL, MemoryPlanner, PhasePlan, largest_fitting
-from vramkit.core.planner.remedies import Remedy
-from vramkit.core.planner.report import plan_json, plan_table
-from vramkit.core.planner.run_setup import RunSetup
-from vramkit.core.planner.task_plan import MemoryPlan, plan_task
+from vramkit.core.planner.tracing.run_setup import RunSetup
 
 __all__ = [
     "TRAIN",

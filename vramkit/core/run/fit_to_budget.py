@@ -2,10 +2,11 @@
 
 `resolve_hardware` calls `fit_to_budget` once the profile is checked against the device. With
 `hw.fit: auto` a run over budget takes the cheapest remedy that fits
-(`vramkit.core.planner.auto_fit`): the table of what was traced is printed, the chosen overrides
-are applied to the composed config before anything is built, and the decision is kept for the run
-folder (`fit_decision.json`). With `hw.fit: off` the run is refused with the remedies listed. A GPU
-profile rehearsed on a CPU (`hw.strict=false`) says what it would do on its GPU and runs without it.
+(`vramkit.core.planner.decisions.auto_fit`): the table of what was traced is printed, the chosen
+overrides are applied to the composed config before anything is built, and the decision is kept
+for the run folder (`fit_decision.json`). With `hw.fit: off` the run is refused with the remedies
+listed. A GPU profile rehearsed on a CPU (`hw.strict=false`) says what it would do on its GPU and
+runs without it.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from vramkit.core.hardware.profile import AUTO, HardwareProfile
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
-from vramkit.core.planner.auto_fit import FitDecision, choose_fit
-from vramkit.core.planner.errors import DoesNotFitError
-from vramkit.core.planner.host_memory import (
+from vramkit.core.planner.decisions.auto_fit import FitDecision, choose_fit
+from vramkit.core.planner.decisions.host_memory import (
     DEFAULT_PREFETCH_FACTOR,
     HostBudget,
     HostPhasePlan,
@@ -34,9 +34,10 @@ from vramkit.core.planner.host_memory import (
     offloaded_bytes,
     process_baseline,
 )
-from vramkit.core.planner.plan import TRAIN, VAL
-from vramkit.core.planner.remedies import propose_remedies
-from vramkit.core.planner.task_plan import MemoryPlan, plan_task, run_sharding
+from vramkit.core.planner.decisions.plan import TRAIN, VAL
+from vramkit.core.planner.decisions.remedies import propose_remedies
+from vramkit.core.planner.decisions.task_plan import MemoryPlan, plan_task, run_sharding
+from vramkit.core.planner.errors import DoesNotFitError
 from vramkit.core.run.append_overrides import append_overrides
 from vramkit.core.units import GIB
 

@@ -32,10 +32,10 @@ from vramkit.core.hardware.profile import (
     validate_profile,
 )
 from vramkit.core.hardware.settled import mark_settled, settling
-from vramkit.core.planner.task_defaults import DEFAULTS_KEY, task_batch_default
+from vramkit.core.planner.decisions.task_defaults import DEFAULTS_KEY, task_batch_default
 
 if TYPE_CHECKING:
-    from vramkit.core.planner.task_plan import MemoryPlan
+    from vramkit.core.planner.decisions.task_plan import MemoryPlan
     from vramkit.core.run.fit_to_budget import FitOutcome
 
 _DATA_DEFAULTS = (
@@ -165,7 +165,7 @@ def _fit_host_memory(
     the remedies) when even batch size 1, or the set size, does not fit."""
     # Imported here, as for `_fit`: the planner pulls in Lightning and fake tensors.
     from vramkit.core.planner import DoesNotFitError, PlanningError
-    from vramkit.core.planner.host_memory import host_budget
+    from vramkit.core.planner.decisions.host_memory import host_budget
     from vramkit.core.run.fit_to_budget import fit_host_memory
 
     budget = host_budget(profile.memory_budget_fraction, memory_gib=profile.memory_gib)

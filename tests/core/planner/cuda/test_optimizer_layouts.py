@@ -1,0 +1,82 @@
+"""Optimizer state layouts and batches grown from one sample."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from vramkit.core.planner.cuda.cuda_rules import BITSANDBYTES_BLOCK
+from vramkit.core.planner.cuda.optimizer_layouts import (
+    AdamW8bitLayout,
+    ZeroStage2Layout,
+    state_tensors,
+    use_cuda_defaults,
+)
+from vramkit.core.planner.tracing.batches import cast_floating, grow_batch
+
+
+def state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    return sum(t.numel() * t.element_size() for t in state_tensors(optimizer))
+
+
+def stepped(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> None:
+    for param in params:
+        param.grad = torch.zeros_like(param)
+    optimizer.step()
+
+
+def test_8bit_adamw_keeps_one_byte_per_moment_and_a_scale_per_block():
+    big = torch.nn.Parameter(torch.zeros(10_000))
+    small = torch.nn.Parameter(torch.zeros(100))  # under 4096 elements: 32-bit states
+    optimizer = AdamW8bitLayout.like(torch.optim.AdamW([big, small], lr=0.1))
+    stepped(optimizer, [big, small])
+    blocks = math.ceil(10_000 / BITSANDBYTES_BLOCK)
+    assert state_bytes(optimizer) == 2 * 10_000 + 2 * blocks * 4 + 2 * 100 * 4
+    assert optimizer.param_groups[0]["lr"] == 0.1
+
+
+def test_adamw_keeps_two_fp32_moments_and_uses_the_multi_tensor_step():
+    param = torch.nn.Parameter(torch.zeros(1000))
+    optimizer = torch.optim.AdamW([param])
+    use_cuda_defaults(optimizer)
+    assert optimizer.param_groups[0]["foreach"] is True
+    stepped(optimizer, [param])
+    assert state_bytes(optimizer) == 2 * 1000 * 4 + 4  # two moments and the step counter
+
+
+def test_zero2_partitions_master_weights_and_moments_across_devices():
+    param = torch.nn.Parameter(torch.zeros(1000, dtype=torch.float16))
+    optimizer = ZeroStage2Layout(
+        [param], world_size=4, offload=False, bucket_dtype=torch.float16, bucket_elements=64
+    )
+    param.grad = torch.zeros_like(param)
+    optimizer.sink_gradient(param)
+    assert param.grad is None
+    assert sum(t.numel() for t in optimizer.device_gradients()) == 2 * 64 + 250
+    optimizer.step()
+    assert state_bytes(optimizer) == 3 * 250 * 4
+    offloaded = ZeroStage2Layout(
+        [param], world_size=1, offload=True, bucket_dtype=torch.float16, bucket_elements=64
+    )
+    param.grad = torch.zeros_like(param)
+    offloaded.sink_gradient(param)
+    offloaded.step()
+    assert state_bytes(offloaded) == 0
+    assert sum(t.numel() for t in offloaded.device_gradients()) == 2 * 64
+
+
+def test_a_batch_grows_tensors_and_repeats_per_sample_annotations():
+    sample = {
+        "image": torch.zeros(1, 3, 8, 8),
+        "ids": torch.zeros(1, 5, dtype=torch.long),
+        "polygons": [[(0, 0), (1, 1)]],
+        "pair": (torch.zeros(1, 2), torch.zeros(1)),
+        "skipped": 0,
+    }
+    batch = cast_floating(grow_batch(sample, 4), torch.bfloat16)
+    assert batch["image"].shape == (4, 3, 8, 8) and batch["image"].dtype == torch.bfloat16
+    assert batch["ids"].dtype == torch.long and batch["ids"].shape == (4, 5)
+    assert batch["polygons"] == [[(0, 0), (1, 1)]] * 4
+    assert [t.shape for t in batch["pair"]] == [(4, 2), (4,)]
+    assert batch["skipped"] == 0

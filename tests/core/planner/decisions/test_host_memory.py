@@ -1,0 +1,113 @@
+"""The host plan's parts (workers, batches in flight, pinning, DeepSpeed offload) and the host's
+budget as /proc, a cgroup and an address-space limit state it."""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+
+import pytest
+import torch
+
+from vramkit.core.hardware import memory_stats
+from vramkit.core.hardware.memory_stats import read_host_room
+from vramkit.core.planner.decisions.host_memory import (
+    WORKER_BASELINE_BYTES,
+    LoaderMemory,
+    batch_bytes,
+    dataset_bytes,
+    host_budget,
+    offloaded_bytes,
+    plan_host_phase,
+)
+from vramkit.core.units import GIB
+
+MIB = 2**20
+
+
+def test_workers_and_batches_in_flight_are_counted_per_worker():
+    loader = LoaderMemory(batch_bytes=10 * MIB, dataset_bytes=100 * MIB, num_workers=3)
+    other = LoaderMemory(batch_bytes=4 * MIB, dataset_bytes=50 * MIB, num_workers=3)
+    plan = plan_host_phase(
+        "train", 8, baseline=GIB, step=2 * GIB, loader=loader, idle_loaders=(other,)
+    )
+    assert plan.batches == 3 * 2 * 10 * MIB  # num_workers × prefetch_factor finished batches
+    own = 3 * (WORKER_BASELINE_BYTES + 100 * MIB + 10 * MIB)
+    idle = 3 * (WORKER_BASELINE_BYTES + 50 * MIB + 4 * MIB)  # persistent: alive meanwhile
+    assert plan.workers == own + idle
+    assert plan.pinned == 0  # no GPU
+    assert plan.total == GIB + 2 * GIB + plan.batches + plan.workers
+    assert plan.main_process == GIB + 2 * GIB + plan.batches
+
+
+def test_pinned_copies_round_to_a_power_of_two_on_a_gpu_only():
+    loader = LoaderMemory(batch_bytes=5 * MIB, dataset_bytes=0, num_workers=2, pin_memory=True)
+    gpu = plan_host_phase("train", 4, baseline=0, step=0, loader=loader, gpu=True)
+    assert gpu.pinned == 4 * 8 * MIB  # 2 workers × 2 prefetched, each block 5 → 8 MiB
+    cpu = plan_host_phase("train", 4, baseline=0, step=0, loader=loader, gpu=False)
+    assert cpu.pinned == 0
+
+
+def test_two_processes_on_one_host_count_twice():
+    loader = LoaderMemory(batch_bytes=MIB, dataset_bytes=0)
+    one = plan_host_phase("train", 1, baseline=GIB, step=GIB, loader=loader)
+    assert dataclasses.replace(one, processes=2).total == 2 * one.total
+
+
+def test_deepspeed_offload_follows_deepspeeds_estimators():
+    # estimate_zero2_model_states_mem_needs(cpu_offload=True): params × max(4 × gpus, 16) × 1.5
+    assert offloaded_bytes("deepspeed_zero2_offload", 10**9, 1) == 24 * 10**9
+    assert offloaded_bytes("deepspeed_zero2_offload", 10**9, 8) == 48 * 10**9
+    assert offloaded_bytes("deepspeed_zero3_offload", 10**9, 1) == 27 * 10**9
+    assert offloaded_bytes("deepspeed_zero2", 10**9, 1) == 0
+
+
+def test_batch_and_dataset_sizes():
+    sample = {"x": torch.zeros(1, 3, 8, 8), "y": [torch.zeros(1, dtype=torch.long)], "name": ["a"]}
+    assert batch_bytes(sample, 4) == 4 * (3 * 8 * 8 * 4 + 8)
+    assert dataset_bytes(list(range(10_000))) > 10_000
+    assert dataset_bytes(lambda: None) is None  # unknown, not an error
+
+
+def _proc(tmp_path, available_kib: int, rss_kib: int, size_kib: int = 0):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal: 99999999 kB\nMemAvailable: {available_kib} kB\n")
+    status = tmp_path / "status"
+    status.write_text(f"VmSize: {size_kib} kB\nVmRSS: {rss_kib} kB\n")
+    return meminfo, status
+
+
+def test_the_room_is_memavailable_or_a_smaller_cgroup_limit(tmp_path):
+    meminfo, status = _proc(tmp_path, available_kib=8 * 2**20, rss_kib=2**20)
+    limit, usage = tmp_path / "memory.max", tmp_path / "memory.current"
+    limit.write_text("max\n")  # cgroup v2: no limit
+    usage.write_text(f"{GIB}\n")
+    room = read_host_room(meminfo, status, ((limit, usage),))
+    assert (room.room, room.own, room.total) == (8 * GIB, GIB, 9 * GIB)
+    assert room.source.startswith("MemAvailable")
+    limit.write_text(f"{4 * GIB}\n")
+    room = read_host_room(meminfo, status, ((limit, usage),))
+    assert room.room == 3 * GIB and room.source.startswith("cgroup limit")
+    assert read_host_room(tmp_path / "missing", status, ()) is None
+
+
+def test_an_address_space_limit_caps_the_room(tmp_path, monkeypatch):
+    meminfo, status = _proc(tmp_path, available_kib=8 * 2**20, rss_kib=2**20, size_kib=3 * 2**20)
+    monkeypatch.setattr(
+        memory_stats.resource, "getrlimit", lambda kind: (5 * GIB, resource.RLIM_INFINITY)
+    )
+    room = read_host_room(meminfo, status, ())
+    assert room.room == 2 * GIB  # 5 GiB of address space, 3 mapped
+    assert "ulimit -v" in room.source
+
+
+def test_a_stated_memory_replaces_the_reading():
+    budget = host_budget(0.5, memory_gib=4)
+    assert budget.budget == 2 * GIB
+    assert "hw.memory_gib 4 GiB" in budget.describe()
+
+
+@pytest.mark.skipif(read_host_room() is None, reason="needs /proc (Linux)")
+def test_this_hosts_budget_includes_this_process():
+    budget = host_budget(0.85)
+    assert budget.available > memory_stats.read_host_memory().current

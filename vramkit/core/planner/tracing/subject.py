@@ -1,0 +1,215 @@
+"""The model to plan: the task's real LightningModule, built without allocating its weights.
+
+`build_module` instantiates `cfg.model` under the meta device (no memory, no initialisation
+cost, so a 1.3B-parameter Hugging Face model built from its config takes a second), runs
+`configure_model` (undoing `torch.compile`: the planner traces eager code), and then gives
+every parameter and buffer a fake CPU tensor of the same shape and of the precision's dtype.
+`build_optimizer` calls the module's own `configure_optimizers` and applies the layout.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+import lightning as L
+import torch
+import yaml
+from lightning.pytorch.core.optimizer import _configure_optimizers
+from omegaconf import DictConfig, OmegaConf, open_dict
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from vramkit.core.config.instantiate import instantiate
+from vramkit.core.planner.cuda.cuda_rules import parameter_dtype
+from vramkit.core.planner.cuda.optimizer_layouts import (
+    ADAMW_8BIT,
+    CONFIGURED,
+    ZERO2,
+    ZERO2_OFFLOAD,
+    AdamW8bitLayout,
+    ZeroStage2Layout,
+    use_cuda_defaults,
+)
+from vramkit.core.planner.errors import PlanningError
+from vramkit.core.planner.tracing.checkpointing import enable_gradient_checkpointing
+from vramkit.core.planner.tracing.run_setup import RunSetup
+
+# Optimizer targets that need a GPU library at construction time; the planner only needs the
+# hyper-parameters, so it builds the equivalent torch optimizer and then the layout.
+_EIGHT_BIT_TARGETS = ("bitsandbytes.optim.AdamW8bit", "bitsandbytes.optim.PagedAdamW8bit")
+
+
+class _PlanningTrainer:
+    """What `configure_optimizers` may read from a Trainer while the planner builds it."""
+
+    def __init__(self, setup: RunSetup, max_epochs: int, max_steps: int) -> None:
+        self.max_epochs = max_epochs
+        self.max_steps = max_steps
+        # Only schedules read this; its value does not change memory.
+        self.estimated_stepping_batches = max_steps if max_steps > 0 else 1000
+        self.accumulate_grad_batches = setup.accumulate_grad_batches
+        self.world_size = setup.devices
+        self.num_devices = setup.devices
+        self.global_step = 0
+        self.current_epoch = 0
+        self.is_global_zero = True
+        self.precision = setup.precision
+
+    def __getattr__(self, name: str) -> Any:
+        raise PlanningError(
+            f"configure_optimizers() reads trainer.{name}, which the memory planner does not "
+            "provide (it builds the optimizer without a Trainer)"
+        )
+
+
+def swap_eight_bit_optimizer(model_cfg: DictConfig) -> bool:
+    """Replace a bitsandbytes 8-bit optimizer in `model_cfg` (in place) by torch's AdamW with
+    the same hyper-parameters; return whether there was one (it is planned with the 8-bit
+    layout). bitsandbytes needs CUDA to build its optimizer; the planner needs none."""
+    optimizer = model_cfg.get("optimizer")
+    if not isinstance(optimizer, DictConfig) or optimizer.get("_target_") not in _EIGHT_BIT_TARGETS:
+        return False
+    with open_dict(optimizer):
+        optimizer._target_ = "torch.optim.AdamW"
+        for key in ("optim_bits", "min_8bit_size", "percentile_clipping", "block_wise", "paged"):
+            optimizer.pop(key, None)
+    return True
+
+
+def _undo_compile(module: nn.Module) -> None:
+    for sub in module.modules():
+        if getattr(sub, "_compiled_call_impl", None) is not None:
+            sub._compiled_call_impl = None
+
+
+def _fake_like(tensor: torch.Tensor, dtype: torch.dtype, fake_mode: FakeTensorMode) -> torch.Tensor:
+    target = dtype if tensor.is_floating_point() else tensor.dtype
+    with fake_mode:
+        return torch.empty_strided(tensor.size(), tensor.stride(), dtype=target, device="cpu")
+
+
+def materialize_fake(module: nn.Module, dtype: torch.dtype, fake_mode: FakeTensorMode) -> None:
+    """Replace every parameter and buffer by a fake CPU tensor; floating ones take `dtype`.
+
+    Shared (tied) parameters stay shared.
+    """
+    made: dict[int, torch.Tensor] = {}
+    for sub in module.modules():
+        for name, param in list(sub._parameters.items()):
+            if param is None:
+                continue
+            if id(param) not in made:
+                data = _fake_like(param, dtype, fake_mode)
+                made[id(param)] = nn.Parameter(data, requires_grad=param.requires_grad)
+            sub._parameters[name] = made[id(param)]
+        for name, buffer in list(sub._buffers.items()):
+            if buffer is None:
+                continue
+            if id(buffer) not in made:
+                made[id(buffer)] = _fake_like(buffer, dtype, fake_mode)
+            sub._buffers[name] = made[id(buffer)]
+
+
+def with_model_overrides(model_cfg: DictConfig, overrides: Iterable[tuple[str, str]]) -> DictConfig:
+    """`model_cfg`, or a copy with each ``(key, YAML value)`` of `overrides` set."""
+    overrides = tuple(overrides)
+    if not overrides:
+        return model_cfg
+    changed = copy.deepcopy(model_cfg)  # keeps its parent: interpolations still resolve
+    with open_dict(changed):
+        for key, value in overrides:
+            OmegaConf.update(changed, key, yaml.safe_load(value), merge=False)
+    return changed
+
+
+def build_module(
+    model_cfg: DictConfig, setup: RunSetup, fake_mode: FakeTensorMode
+) -> L.LightningModule:
+    """The task's LightningModule with fake weights, in training mode, as `setup` runs it."""
+    with torch.device("meta"):
+        module = instantiate(model_cfg)
+    if not isinstance(module, L.LightningModule):
+        raise PlanningError(
+            f"cfg.model builds a {type(module).__name__}, not a LightningModule: the planner "
+            "runs the module's training_step and validation_step"
+        )
+    if not module.automatic_optimization:
+        raise PlanningError(
+            f"{type(module).__name__} uses manual optimization; the planner simulates "
+            "Lightning's automatic optimization loop only"
+        )
+    with torch.device("meta"):
+        module.configure_model()
+    _undo_compile(module)
+    materialize_fake(module, parameter_dtype(setup.precision), fake_mode)
+    if setup.gradient_checkpointing and enable_gradient_checkpointing(module) == 0:
+        raise PlanningError(
+            f"{type(module).__name__} has no repeated blocks to checkpoint (no Sequential or "
+            "ModuleList of layers, no Hugging Face gradient_checkpointing_enable)"
+        )
+    module.train()
+    return module
+
+
+def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """Parameters that get gradients, each once."""
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def _configured_optimizer(
+    module: L.LightningModule, setup: RunSetup, max_epochs: int, max_steps: int
+) -> torch.optim.Optimizer:
+    module._trainer = _PlanningTrainer(setup, max_epochs, max_steps)
+    try:
+        optimizers, _, _ = _configure_optimizers(module.configure_optimizers())
+    finally:
+        module._trainer = None
+    if len(optimizers) != 1:
+        raise PlanningError(
+            f"configure_optimizers() returned {len(optimizers)} optimizers; the planner "
+            "simulates one optimizer"
+        )
+    return optimizers[0]
+
+
+def _is_adam(optimizer: torch.optim.Optimizer) -> bool:
+    return isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW))
+
+
+def build_optimizer(
+    module: L.LightningModule,
+    setup: RunSetup,
+    *,
+    eight_bit_configured: bool = False,
+    max_epochs: int = 1,
+    max_steps: int = -1,
+) -> torch.optim.Optimizer:
+    """The optimizer a run of `setup` would step, holding `module`'s (fake) parameters."""
+    optimizer = _configured_optimizer(module, setup, max_epochs, max_steps)
+    layout = setup.optimizer
+    if layout == CONFIGURED and eight_bit_configured:
+        layout = ADAMW_8BIT
+    if layout == CONFIGURED:
+        use_cuda_defaults(optimizer)
+        return optimizer
+    if layout == ADAMW_8BIT:
+        if not _is_adam(optimizer):
+            raise PlanningError(
+                f"8-bit AdamW replaces Adam/AdamW; the model's optimizer is "
+                f"{type(optimizer).__name__}"
+            )
+        return AdamW8bitLayout.like(optimizer)
+    if layout in (ZERO2, ZERO2_OFFLOAD):
+        return ZeroStage2Layout(
+            _param_list(optimizer),
+            world_size=setup.devices,
+            offload=layout == ZERO2_OFFLOAD,
+            bucket_dtype=parameter_dtype(setup.precision),
+        )
+    raise PlanningError(f"unknown optimizer layout {layout!r}")
+
+
+def _param_list(optimizer: torch.optim.Optimizer) -> Iterable[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
