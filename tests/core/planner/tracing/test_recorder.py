@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from vramkit.core.planner.tracing.recorder import ACTIVATIONS, StorageRecorder
+from vramkit.core.planner.tracing.peak_holders import WORKSPACE
+from vramkit.core.planner.tracing.recorder import ACTIVATIONS, PARAMETERS, StorageRecorder
 
 
 def _serial(recorder: StorageRecorder, tensor: torch.Tensor) -> int:
@@ -49,3 +50,21 @@ def test_a_fake_tensor_reports_its_fake_device_under_the_recorder():
     assert on_gpu.device.type == "cuda"
     assert moved.device.type == "cuda"
     assert recorder.peak.bytes == 2 * 4 * 4
+
+
+def test_the_breakdown_at_the_workspace_moment_names_the_workspace_apart():
+    with StorageRecorder() as recorder:
+        weights = torch.empty(100, dtype=torch.uint8)
+        recorder.register([weights], PARAMETERS)
+        temporary = torch.empty(40, dtype=torch.uint8)  # the peak: 140 bytes
+        del temporary
+        activation = torch.empty(20, dtype=torch.uint8)
+        recorder.charge_workspace(60)  # 180 bytes while the op runs
+        del activation
+    recorder.close()
+    assert recorder.peak_breakdown()[ACTIVATIONS] == 40
+    at_workspace = recorder.peak_breakdown(with_workspaces=True)
+    assert (at_workspace[PARAMETERS], at_workspace[ACTIVATIONS]) == (100, 20)
+    assert at_workspace[WORKSPACE] == 60
+    assert sum(at_workspace.values()) == recorder.peak_with_workspaces.bytes == 180
+    del weights

@@ -218,3 +218,24 @@ def test_the_zero2_remedy_of_a_four_gpu_run_is_planned_per_device():
     assert zero2.train.allocated[OPTIMIZER_STATE] < plan.train.allocated[OPTIMIZER_STATE]
     offload = by_name["DeepSpeed ZeRO-2, CPU offload"]
     assert offload.train.allocated[OPTIMIZER_STATE] == 0
+
+
+@pytest.mark.parametrize(
+    ("strategy", "phases"),
+    [("ddp", ("train", "val")), ("fsdp", ("val",))],
+)
+def test_the_cudnn_workspace_figure_is_per_device_as_the_peak_is(strategy, phases):
+    # The convolutions' workspaces rise above the traced peak; the model states live at that
+    # moment are sharded as the peak's are, the workspace (each device's own call) is not. In
+    # validation the model states are the same at every moment, and DDP's bucket copies exist
+    # at both moments of a training step: the figure moves exactly as the allocated peak does.
+    single = _plan({}, 1)
+    sharded = _plan({"strategy": strategy}, N)
+    for phase in phases:
+        one, per_device = getattr(single, phase), getattr(sharded, phase)
+        assert one.allocated_with_workspaces > one.allocated_peak
+        assert per_device.allocated_peak != one.allocated_peak
+        assert (
+            per_device.max_allocated_bound - one.max_allocated_bound
+            == per_device.allocated_peak - one.allocated_peak
+        )

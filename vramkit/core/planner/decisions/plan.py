@@ -36,7 +36,7 @@ from vramkit.core.planner.tracing.fake_trace import (
     trace_training,
     trace_validation,
 )
-from vramkit.core.planner.tracing.peak_holders import Holder
+from vramkit.core.planner.tracing.peak_holders import WORKSPACE, Holder
 from vramkit.core.planner.tracing.recorder import (
     ACTIVATIONS,
     GRADIENTS,
@@ -295,10 +295,21 @@ class MemoryPlanner:
         if setup.sharding.sharded and setup.optimizer not in (ZERO2, ZERO2_OFFLOAD):
             # The trace is one process holding everything; the run's device holds its share.
             states = model_states(module, setup.sharding.wrap_classes)
-            allocated = shard_allocated(
-                plan.allocated, states, setup.sharding, setup.precision, backward=phase == TRAIN
+
+            def per_device(allocated: dict[str, int]) -> dict[str, int]:
+                return shard_allocated(
+                    allocated, states, setup.sharding, setup.precision, backward=phase == TRAIN
+                )
+
+            # The workspace moment's model states are sharded as the peak's; the workspace is
+            # each device's own convolution call, as large as in the trace.
+            at_workspace = dict(trace.max_allocated_breakdown)
+            workspace = at_workspace.pop(WORKSPACE, 0)
+            plan = dataclasses.replace(
+                plan,
+                allocated=per_device(plan.allocated),
+                allocated_with_workspaces=sum(per_device(at_workspace).values()) + workspace,
             )
-            plan = dataclasses.replace(plan, allocated=allocated)
         return plan
 
     @staticmethod

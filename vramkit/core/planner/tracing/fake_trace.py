@@ -29,7 +29,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
@@ -133,6 +133,8 @@ class StepTrace:
     """The peak with the cuDNN workspace each convolution takes when memory is to spare."""
     max_allocated_holders: tuple[Holder, ...] = ()
     """What is live at that moment (`holders` when no workspace rises above the peak)."""
+    max_allocated_breakdown: dict[str, int] = field(default_factory=dict)
+    """Bytes live at that moment by recorder category, the workspace under `WORKSPACE`."""
 
 
 class StepSemantics:
@@ -502,6 +504,7 @@ def _result(recorder: StorageRecorder, attention: CudaAttention | None) -> StepT
         holders=holders,
         events=tuple(recorder.events),
         max_allocated_bytes=with_workspaces.bytes,
+        max_allocated_breakdown=recorder.peak_breakdown(with_workspaces=True),
         max_allocated_holders=(
             holders
             if with_workspaces is recorder.peak

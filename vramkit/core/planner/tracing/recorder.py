@@ -277,11 +277,19 @@ class StorageRecorder(TorchDispatchMode):
         self.peak = RecordedPeak(self.current, self._label, dict(self._live))
         self.peak_with_workspaces = self.peak
 
-    def peak_breakdown(self) -> dict[str, int]:
-        """Bytes live at the peak, by category (every category present, zeros included)."""
+    def peak_breakdown(self, *, with_workspaces: bool = False) -> dict[str, int]:
+        """Bytes live at the peak, by category (every category present, zeros included).
+
+        `with_workspaces`: at `peak_with_workspaces` instead, the workspace held then under
+        `WORKSPACE` (0 when no workspace rises above the peak)."""
+        self._snapshot_peak()
+        peak = self.peak_with_workspaces if with_workspaces else self.peak
         totals = dict.fromkeys(CATEGORIES, 0)
-        for serial, size in self.peak.live.items():
-            totals[self._category.get(serial, ACTIVATIONS)] += size
+        if with_workspaces:
+            totals[WORKSPACE] = 0
+        for serial, size in peak.live.items():
+            category = WORKSPACE if serial in self._workspaces else None
+            totals[category or self._category.get(serial, ACTIVATIONS)] += size
         return totals
 
     def close(self) -> None:
