@@ -2,8 +2,9 @@
 
 `trace_training` replays what Lightning's automatic optimization does for each batch:
 `training_step` inside the precision's autocast block (the previous step's gradients are still
-alive: Lightning zeroes them only after the next forward), `zero_grad(set_to_none=True)` on the
-first batch of an accumulation window, `backward` of the loss divided by the accumulation (and
+alive: Lightning zeroes them only after the next forward), the module's `optimizer_zero_grad`
+hook (Lightning's own sets the gradients to None; an override may keep them) on the first batch
+of an accumulation window, `backward` of the loss divided by the accumulation (and
 multiplied by the loss scale under `16-mixed`), and `optimizer.step()` at the end of the window.
 Two optimizer steps run, because the optimizer creates its state in the first one.
 
@@ -513,6 +514,20 @@ def _result(recorder: StorageRecorder, attention: CudaAttention | None) -> StepT
     )
 
 
+def _zero_grad_hook(
+    module: L.LightningModule, optimizer: torch.optim.Optimizer
+) -> Callable[[int], None]:
+    """What zeroes the gradients before the backward of batch `batch_idx`: the module's
+    `optimizer_zero_grad(current_epoch, batch_idx, optimizer)`, as Lightning calls it
+    (loops/optimization/automatic.py, `_make_zero_grad_fn`); an override may keep the gradients
+    (`set_to_none=False`) through the backward pass. A module without Lightning's hooks zeroes
+    as Lightning's default hook does (`optimizer.zero_grad()`, which sets them to None)."""
+    hook = getattr(module, "optimizer_zero_grad", None)
+    if hook is None:
+        return lambda _batch_idx: optimizer.zero_grad(set_to_none=True)
+    return lambda batch_idx: hook(0, batch_idx, optimizer)  # the planned steps: epoch 0
+
+
 def trace_training(
     module: L.LightningModule,
     optimizer: torch.optim.Optimizer,
@@ -530,6 +545,7 @@ def trace_training(
     """
     accumulate = semantics.setup.accumulate_grad_batches
     micro_batches = min(accumulate, 2)
+    zero_grad = _zero_grad_hook(module, optimizer)
     module.train()
     module.zero_grad(set_to_none=True)
     remove_hooks = _gradient_hooks(module, optimizer, recorder)
@@ -549,7 +565,7 @@ def trace_training(
                     recorder.note_forward_end()
                     if micro == 0:
                         with recorder.phase(f"step {step + 1}: zero_grad"):
-                            optimizer.zero_grad(set_to_none=True)
+                            zero_grad(index)
                     with recorder.phase(f"step {step + 1}: backward"):
                         scaled = loss * (semantics.loss_scale / accumulate)
                         del loss
