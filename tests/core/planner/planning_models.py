@@ -78,7 +78,7 @@ class PatchEmbeddingEncoder(L.LightningModule):
 
 
 class WideKernelConv(L.LightningModule):
-    """One 7x7 convolution from many channels to few: its cuDNN workspace bound (49 taps per
+    """One 7x7 convolution from many channels to few: its cuDNN workspace estimate (49 taps per
     input channel, per output position) dwarfs its activations, so the step peaks inside it."""
 
     def __init__(self, optimizer: Any, channels: int = 32, out_channels: int = 4) -> None:

@@ -155,7 +155,7 @@ def test_batched_matmul_saves_views_of_its_inputs():
 
 
 def lowering(batch, positions, channels, kernel, dtype=F32):
-    """The explicit-GEMM lowering of a convolution (bytes): the cuDNN workspace bound."""
+    """The explicit-GEMM lowering of a convolution (bytes): the cuDNN workspace estimate."""
     return batch * math.prod(positions) * channels * math.prod(kernel) * dtype.itemsize
 
 

@@ -112,4 +112,7 @@ def test_a_planned_run_leaves_the_prediction_for_its_report(tmp_path):
     assert written["val"]["batch_size"] == profile.val_batch_size
     for phase in ("train", "val"):
         assert 0 < written[phase]["max_allocated_gib"] < written[phase]["peak_gib"]
+        # The convolutions' workspaces at their estimate, within the budgeted peak.
+        estimate = written[phase]["max_allocated_estimate_gib"]
+        assert written[phase]["max_allocated_gib"] < estimate < written[phase]["peak_gib"]
         assert written[phase]["peak_gib"] <= written["budget_gib"]

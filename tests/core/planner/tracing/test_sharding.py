@@ -236,6 +236,6 @@ def test_the_cudnn_workspace_figure_is_per_device_as_the_peak_is(strategy, phase
         assert one.allocated_with_workspaces > one.allocated_peak
         assert per_device.allocated_peak != one.allocated_peak
         assert (
-            per_device.max_allocated_bound - one.max_allocated_bound
+            per_device.max_allocated_estimate - one.max_allocated_estimate
             == per_device.allocated_peak - one.allocated_peak
         )

@@ -24,7 +24,7 @@ all op rules, including the ops where CPU and CUDA agree, is docs/cuda_rules.md.
 
 `cublas_workspace_bytes` and `cublaslt_extra_workspace_bytes` state the matmul libraries'
 workspaces from the capability and the environment (aten/src/ATen/cuda/CublasHandlePool.cpp).
-`cudnn_convolution_workspace_bytes` sizes the workspace one cuDNN convolution call takes and
+`cudnn_convolution_workspace_bytes` estimates the workspace one cuDNN convolution call takes and
 gives back (aten/src/ATen/native/cudnn/Conv_v8.cpp); `FakeStepRecorder` charges it at the op.
 
 On real (not fake) tensors the rules keep PyTorch's values: a kernel that cannot run on a CPU
@@ -278,6 +278,13 @@ CUDNN_WORKSPACE_CAP_VARIABLE = "CUDNN_CONV_WSCAP_DBG"
 offered (PyTorch docs, docs/source/cuda_environment_variables.rst)."""
 
 
+CUDNN_ESTIMATE_BAND = (0.74, 1.18)
+"""Measured `max_memory_allocated` over the planned estimate with cuDNN workspaces
+(`PhasePlan.max_allocated_estimate`) on held-out convolutional runs with `benchmark=False`
+(issue 30): 1/1.35 (7x7 stems and transposed convolutions, whose heuristic engines take less than
+the lowering) to 1.18 (an engine taking more). An estimate's band, not a bound."""
+
+
 def cudnn_convolution_workspace_bytes(
     batch: int,
     channels_per_group: int,
@@ -287,20 +294,28 @@ def cudnn_convolution_workspace_bytes(
     itemsize: int,
     environ: Mapping[str, str],
 ) -> int:
-    """Workspace one cuDNN convolution call holds while it runs (bytes, before rounding).
+    """Estimated workspace of one cuDNN convolution call while it runs (bytes, before rounding).
 
     aten/src/ATen/native/cudnn/Conv_v8.cpp (`run_conv_plan`): every call, forward, backward-data
     and backward-filter alike, asks the caching allocator for the chosen engine's
     `getWorkspaceSize()` and gives it back when the call returns: a temporary of the op, never
-    resident. Which engine runs is cuDNN's choice (heuristics with `cudnn.benchmark=False`, the
-    default; timing with `True`, `generate_and_filter_plans`), so its exact size is not knowable
-    without the GPU. The bound charged is the explicit-GEMM lowering of the convolution, the
-    matrix the GEMM engines materialise (cuDNN API reference, `CUDNN_CONVOLUTION_FWD_ALGO_GEMM`):
-    one row per output position (`batch` x prod(`positions`), the spatial size on the
-    convolution's output side, the input side of a transposed one) and one column per weight
-    tap (`channels_per_group` x `groups` x prod(`kernel_size`)), in the op's dtype. Implicit-GEMM
-    engines need less (none to a few index tables); tensor-core engines chosen for speed come
-    close to it. With `CUDNN_CONV_WSCAP_DBG` set, cuDNN offers no engine above that many MiB.
+    resident. Which engine runs is cuDNN's choice: with `cudnn.benchmark=False` (the default)
+    `get_configs_from_heuristics` asks cuDNN's heuristics (`CUDNN_HEUR_MODE_INSTANT`, mode A;
+    mode B when `cudnnv8_use_heur_mode_b()`) and `try_configs` runs the first engine whose plan
+    builds and whose workspace the allocator can give (an out-of-memory error moves on to the
+    next, then to the fallback list); with `True`, `generate_and_filter_plans` times every
+    engine whose workspace fits the largest free cached block. The heuristics and each engine's
+    workspace live inside cuDNN, not in PyTorch's sources, so the size is not knowable without
+    the GPU. The estimate charged is the explicit-GEMM lowering of the convolution, the matrix
+    the GEMM engines materialise (cuDNN API reference, `CUDNN_CONVOLUTION_FWD_ALGO_GEMM`): one
+    row per output position (`batch` x prod(`positions`), the spatial size on the convolution's
+    output side, the input side of a transposed one) and one column per weight tap
+    (`channels_per_group` x `groups` x prod(`kernel_size`)), in the op's dtype. It is neither a
+    bound nor exact: implicit-GEMM engines need less (none to a few index tables), FFT and
+    Winograd engines may need more (PyTorch issue 22741: a >8 GB FFT backward-filter workspace
+    on a V100, cuDNN 7.4/7.5, for a 3x3 convolution whose lowering is 24.8 MB); the step's
+    `max_allocated` lands within `CUDNN_ESTIMATE_BAND` of the estimate. With
+    `CUDNN_CONV_WSCAP_DBG` set, cuDNN offers no engine above that many MiB.
     """
     rows = batch * math.prod(positions)
     columns = channels_per_group * groups * math.prod(kernel_size)

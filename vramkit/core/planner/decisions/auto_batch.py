@@ -70,10 +70,10 @@ def resolve_auto_batch_sizes(
     A GPU plan fills ``predictions`` (when
     given) with the predicted peak of each phase at the chosen sizes, for the run's report:
     ``{"profile", "precision", "budget_gib", "train": {"batch_size", "accumulate_grad_batches",
-    "peak_gib", "max_allocated_gib", "max_allocated_bound_gib"}, "val": {...the same}}``
+    "peak_gib", "max_allocated_gib", "max_allocated_estimate_gib"}, "val": {...the same}}``
     (``peak_gib`` with the CUDA context and allocator reserve, as the budget counts it;
     ``max_allocated_gib`` what ``torch.cuda.max_memory_allocated`` should read, and
-    ``max_allocated_bound_gib`` the most it can read with cuDNN workspaces at their bound).
+    ``max_allocated_estimate_gib`` what it should read with cuDNN workspaces at their estimate).
     """
     train_auto = profile.batch_size == AUTO
     val_auto = profile.val_batch_size == AUTO
@@ -133,13 +133,13 @@ def resolve_auto_batch_sizes(
                 "accumulate_grad_batches": accumulate,
                 "peak_gib": train_phase.peak / GIB,
                 "max_allocated_gib": train_phase.predicted_max_allocated / GIB,
-                "max_allocated_bound_gib": train_phase.max_allocated_bound / GIB,
+                "max_allocated_estimate_gib": train_phase.max_allocated_estimate / GIB,
             },
             val={
                 "batch_size": plan.val.batch_size,
                 "peak_gib": plan.val.peak / GIB,
                 "max_allocated_gib": plan.val.predicted_max_allocated / GIB,
-                "max_allocated_bound_gib": plan.val.max_allocated_bound / GIB,
+                "max_allocated_estimate_gib": plan.val.max_allocated_estimate / GIB,
             },
         )
     return train, plan.val.batch_size, accumulate, lines

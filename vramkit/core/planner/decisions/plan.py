@@ -79,14 +79,17 @@ class PhasePlan:
     holders: tuple[Holder, ...] = ()
     """The largest groups of tensors live at the peak, by module and kind (`peak_holders`)."""
     allocated_with_workspaces: int = 0
-    """The traced peak with the cuDNN workspace each convolution takes when memory is to spare;
-    a convolution takes it only from free memory (Conv_v8.cpp, `try_configs`), so it is not part
-    of `peak` (bytes)."""
+    """The traced peak with the cuDNN workspace each convolution takes when memory is to spare,
+    each at its estimate (`op_rules.cudnn_convolution_workspace_bytes`); `peak` keeps room for
+    it (`workspace_room`) (bytes). Per device as `allocated` is: the model states live at that
+    moment are sharded by the same rule, the workspace (one device's own call) is not."""
     max_allocated_holders: tuple[Holder, ...] = ()
     """What is live at that moment (`holders` when no workspace rises above the peak)."""
     at_least: bool = False
     """The phase was not traced: `peak` is a certain lower bound taken from a related trace
     (`MemoryPlanner.training_floor`)."""
+    cuda_context: int = 0
+    """The CUDA context within `overhead` (bytes; 0 without a target device)."""
 
     @property
     def allocated_peak(self) -> int:
@@ -97,19 +100,29 @@ class PhasePlan:
     def predicted_max_allocated(self) -> int:
         """What `torch.cuda.max_memory_allocated()` should read after this phase (bytes) when
         cuDNN's convolutions take no workspace beyond the traced step (the implicit-GEMM
-        engines need none); `max_allocated_bound` is the reading at their workspaces' bound."""
+        engines need none); `max_allocated_estimate` is the reading with their workspaces."""
         return self.allocated_peak + self.workspace
 
     @property
-    def max_allocated_bound(self) -> int:
-        """The most `torch.cuda.max_memory_allocated()` can read after this phase (bytes): every
-        convolution's cuDNN workspace at its bound (`op_rules`), taken with memory to spare."""
+    def max_allocated_estimate(self) -> int:
+        """What `torch.cuda.max_memory_allocated()` should read after this phase (bytes) with
+        every convolution's cuDNN workspace at its estimate (`op_rules`, an estimate within
+        `CUDNN_ESTIMATE_BAND`, not a bound), taken with memory to spare."""
         return max(self.allocated_peak, self.allocated_with_workspaces) + self.workspace
 
     @property
+    def workspace_room(self) -> int:
+        """Bytes the budget keeps beyond `overhead` so that the device holds the CUDA context
+        plus `max_allocated_estimate`: cuDNN's heuristic engine then finds its workspace free
+        (with less, Conv_v8.cpp `try_configs` runs a smaller-workspace engine, slower)."""
+        in_use = self.allocated_peak + self.overhead
+        return max(0, self.cuda_context + self.max_allocated_estimate - in_use)
+
+    @property
     def peak(self) -> int:
-        """Device memory in use at the peak (bytes): allocations plus overhead."""
-        return self.allocated_peak + self.overhead
+        """Device memory the budget holds for the phase (bytes): the allocations at the peak,
+        the overhead, and room for the estimated cuDNN workspaces (`workspace_room`)."""
+        return self.allocated_peak + self.overhead + self.workspace_room
 
     @property
     def peak_gib(self) -> float:
@@ -121,14 +134,15 @@ class PhasePlan:
         return f"{'≥ ' if self.at_least else ''}{self.peak_gib:.{digits}f}"
 
     def breakdown_gib(self) -> dict[str, float]:
-        """Parameters, gradients, optimizer state, activations (with the batch), overhead, total."""
+        """Parameters, gradients, optimizer state, activations (with the batch), overhead (with
+        the `workspace_room`), total."""
         a = self.allocated
         return {
             "parameters": a[PARAMETERS] / GIB,
             "gradients": a[GRADIENTS] / GIB,
             "optimizer_state": a[OPTIMIZER_STATE] / GIB,
             "activations": (a[ACTIVATIONS] + a[INPUTS]) / GIB,
-            "overhead": self.overhead / GIB,
+            "overhead": (self.overhead + self.workspace_room) / GIB,
             "total": self.peak / GIB,
         }
 
@@ -330,6 +344,7 @@ class MemoryPlanner:
             allocated=dict(trace.breakdown),
             overhead=overhead,
             workspace=workspace,
+            cuda_context=setup.device.cuda_context_bytes() if setup.device is not None else 0,
             peak_at=trace.peak_at,
             attention_kernels=tuple(sorted(set(trace.attention_kernels))),
             holders=trace.holders,

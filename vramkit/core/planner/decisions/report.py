@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from vramkit.core.planner.cuda.op_rules import CUDNN_ESTIMATE_BAND
 from vramkit.core.planner.cuda.tested_torch import modelled_torch, untested_torch_warning
 from vramkit.core.planner.decisions.plan import PhasePlan
 from vramkit.core.planner.decisions.remedies import Remedy
@@ -53,7 +54,7 @@ def _phase_json(phase: PhasePlan, budget_bytes: int | None) -> dict[str, Any]:
         "accumulate_grad_batches": phase.accumulate_grad_batches,
         "peak_gib": _gib(phase.peak_gib),
         "max_allocated_gib": _gib(phase.predicted_max_allocated / GIB),
-        "max_allocated_bound_gib": _gib(phase.max_allocated_bound / GIB),
+        "max_allocated_estimate_gib": _gib(phase.max_allocated_estimate / GIB),
         "fits": phase.fits(budget_bytes),
         "peak_at": phase.peak_at,
         "at_least": phase.at_least,
@@ -213,11 +214,13 @@ def plan_table(plan: MemoryPlan) -> str:
             lines.append(peak_holders_table(phase))
         workspace = _largest_workspace(phase)
         if workspace is not None:
+            low, high = CUDNN_ESTIMATE_BAND
             lines.append(
-                f"cuDNN workspace at most {workspace.bytes / GIB:.3f} GiB in {workspace.where} "
-                f"(max_allocated {phase.predicted_max_allocated / GIB:.2f} to "
-                f"{phase.max_allocated_bound / GIB:.2f} GiB; taken only from free memory, so "
-                "not part of the peak)"
+                f"cuDNN workspace about {workspace.bytes / GIB:.3f} GiB in {workspace.where} "
+                f"(an estimate: max_allocated {phase.predicted_max_allocated / GIB:.2f} GiB "
+                f"without it, about {phase.max_allocated_estimate / GIB:.2f} with it, measured "
+                f"{low:.2f}x to {high:.2f}x of that on convolutional runs; the budget keeps room "
+                "for it)"
             )
     if plan.remedies:
         lines.append("")
