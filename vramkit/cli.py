@@ -97,6 +97,25 @@ def _user_plan(args: argparse.Namespace):
     return result, module, datamodule
 
 
+def _check_hf_name(name: str) -> None:
+    """Refuse a `--hf` name that is neither a listed checkpoint nor a transformers model type,
+    naming the closest, before any composing or planning."""
+    from vramkit.tasks.hf_models.configs import NAMED_CONFIGS, resolve_name, transformers_module
+
+    try:
+        resolve_name(name)
+    except ImportError as error:
+        raise UsageError(f"--hf {name}: {error}") from None
+    except ValueError:
+        mapping = transformers_module().models.auto.configuration_auto.CONFIG_MAPPING
+        near = closest(name, [*NAMED_CONFIGS, *mapping.keys()])
+        hint = f"; did you mean {near}?" if near else ""
+        raise UsageError(
+            f"--hf {name}: neither a listed checkpoint ({', '.join(sorted(NAMED_CONFIGS))}) nor "
+            f"a transformers model type{hint}"
+        ) from None
+
+
 def _hf_plan(args: argparse.Namespace):
     from vramkit.api import Plan
     from vramkit.core.config.instantiate import instantiate
@@ -105,6 +124,7 @@ def _hf_plan(args: argparse.Namespace):
     from vramkit.core.run.compose import CONF_DIR, compose_config
     from vramkit.core.run.resolve_hardware import requested_profile
 
+    _check_hf_name(args.hf)
     model, data = HF_TASKS[args.task]
     overrides = [f"+hw={args.hw}", "task=hf_models", f"model={model}", f"data={data}"]
     overrides.append(f"model.config={args.hf}")
