@@ -64,4 +64,6 @@ def settle_eval_batch(
             f"does not fit {budget} ({peak}); {largest}"
         )
     echo(plan.line())
+    if not searched:
+        return profile  # the user's size stands (a loader caps it at the set's size itself)
     return dataclasses.replace(profile, val_batch_size=plan.inference.batch_size)

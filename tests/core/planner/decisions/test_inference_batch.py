@@ -96,6 +96,14 @@ def test_a_validation_set_that_fits_whole_settles_in_one_trace(small_t4):
     assert "eval batch 12 (all 12 samples)" in plan.line()
 
 
+def test_a_set_batch_larger_than_the_validation_set_is_planned_at_the_sets_size(small_t4):
+    cfg, profile = small_t4
+    cfg.data.val_length = 12
+    plan = plan_inference_batch_size(cfg, profile, batch_size=10_000)
+    assert (plan.inference.batch_size, plan.requested, plan.traces) == (12, 10_000, 1)
+    assert plan.fits and "eval batch 10000 (as set; a batch holds all 12 samples)" in plan.line()
+
+
 def test_a_profile_without_a_budget_plans_nothing(small_t4):
     cfg, _ = small_t4
     with pytest.raises(ValueError, match="no memory budget"):

@@ -34,7 +34,8 @@ class InferenceBatchPlan:
     """The precision the trace ran under (the profile's)."""
     budget_bytes: int
     inference: PhasePlan
-    """The plan at the requested batch size, or at the largest that fits when searched."""
+    """The plan at the requested batch size (at most the validation set's size), or at the
+    largest that fits when searched."""
     requested: int | None
     """The batch size the user set; None when it was searched ("auto")."""
     largest: int | None
@@ -55,14 +56,15 @@ class InferenceBatchPlan:
     def line(self) -> str:
         """One line for the console: batch, planned peak, budget, and how it was found."""
         size = self.inference.batch_size
-        if self.requested is not None:
-            why = "as set"
-        elif size == self.limit:
-            why = f"all {self.limit} samples"
+        if self.requested is None:
+            why = f"all {size} samples" if size == self.limit else "the largest that fits"
+            batch = f"{size} ({why})"
+        elif size < self.requested:
+            batch = f"{self.requested} (as set; a batch holds all {size} samples)"
         else:
-            why = "the largest that fits"
+            batch = f"{size} (as set)"
         return (
-            f"inference plan ({self.profile.name}, {self.precision}): eval batch {size} ({why}), "
+            f"inference plan ({self.profile.name}, {self.precision}): eval batch {batch}, "
             f"planned peak {self.inference.peak_gib:.2f} GiB of budget "
             f"{self.budget_bytes / GIB:.2f} GiB; {self.traces} inference traces in "
             f"{self.seconds:.1f} s"
@@ -79,11 +81,11 @@ def plan_inference_batch_size(
     """Plan `cfg`'s evaluation on `profile`, tracing the inference phase only.
 
     `batch_size` None searches the largest batch whose predicted peak fits the profile's budget
-    (capped by the validation set's size). A given `batch_size` is traced as it is; when it does
-    not fit, the largest smaller size that does is searched too, for the message that refuses
-    it. `samples` defaults to one sample per phase from `cfg.data`. Raises `ValueError` for a
-    profile without a budget (a CPU profile plans nothing) and `PlanningError` when the task
-    cannot be traced.
+    (capped by the validation set's size). A given `batch_size` is traced as it runs (at most the
+    validation set's size); when it does not fit, the largest smaller size that does is searched
+    too, for the message that refuses it. `samples` defaults to one sample per phase from
+    `cfg.data`. Raises `ValueError` for a profile without a budget (a CPU profile plans nothing)
+    and `PlanningError` when the task cannot be traced.
     """
     if profile.budget_gib is None:
         raise ValueError(f"profile {profile.name} has no memory budget to plan inference against")
@@ -97,12 +99,14 @@ def plan_inference_batch_size(
             INFERENCE, setup, budget, limit or UNBOUNDED_BATCH, upper_first=True
         )
     else:
-        inference = planner.measure(INFERENCE, batch_size, setup)
+        # A loader's batches hold at most the whole set: a larger size runs at the set's size.
+        size = batch_size if limit is None else min(batch_size, limit)
+        inference = planner.measure(INFERENCE, size, setup)
         largest = None
         if inference.peak > budget:
             largest = 0
-            if batch_size > 1:
-                largest, _ = planner.largest_batch_size(INFERENCE, setup, budget, batch_size - 1)
+            if size > 1:
+                largest, _ = planner.largest_batch_size(INFERENCE, setup, budget, size - 1)
     return InferenceBatchPlan(
         profile=profile,
         precision=setup.precision,
