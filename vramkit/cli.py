@@ -218,17 +218,23 @@ def _hydra_app(config_name: str, run: Callable[[Any], Any], argv: Sequence[str])
 
     register_resolvers()
 
-    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)
     def main(cfg: Any) -> Any:
         with refusals_as_messages():
             return run(cfg)
 
+    # Hydra names the job after the task function's module: train.py's and eval.py's log file
+    # (`train.log`, `eval.log`) in the run folder, not `cli.log`.
+    main.__module__ = config_name
+    app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)(main)
+    saved_argv = sys.argv
     sys.argv = [f"vramkit {config_name}", *argv]  # Hydra reads its command line from sys.argv
     try:
         with did_you_mean_on_refusal(config_name):
-            main()
+            app()
     except SystemExit as stop:
         return stop.code if isinstance(stop.code, int) else 1
+    finally:
+        sys.argv = saved_argv
     return 0
 
 
