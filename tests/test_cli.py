@@ -40,6 +40,13 @@ def test_a_misspelt_hugging_face_name_names_the_closest(capsys):
     assert "--hf gtp2: neither a listed checkpoint" in error and "did you mean gpt2?" in error
 
 
+def test_a_sequence_length_for_images_is_refused(capsys):
+    status = main(["plan", "--hw", "t4", "--hf", "vit", "--task", "image_cls", "--seq-len", "64"])
+    error = capsys.readouterr().err
+    assert status == 2 and error.count("\n") == 1
+    assert "--seq-len does not apply to --task image_cls" in error
+
+
 def test_plan_hf_gives_train_val_and_an_inference_phase_without_training_state(capsys):
     # GPT-2 from transformers' own config class: nothing is downloaded.
     args = ["--hf", "gpt2", "--task", "causal_lm", "--seq-len", "200", "--batch-size", "2"]

@@ -125,6 +125,11 @@ def _hf_plan(args: argparse.Namespace):
     from vramkit.core.run.resolve_hardware import requested_profile
 
     _check_hf_name(args.hf)
+    if args.seq_len is not None and args.task == "image_cls":
+        raise UsageError(
+            "--seq-len does not apply to --task image_cls: its samples are images of the model "
+            "config's image_size"
+        )
     model, data = HF_TASKS[args.task]
     overrides = [f"+hw={args.hw}", "task=hf_models", f"model={model}", f"data={data}"]
     overrides.append(f"model.config={args.hf}")
