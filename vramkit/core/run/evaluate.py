@@ -36,8 +36,12 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     backend = backend_settings(cfg)
     enforce_resume_contract(cfg)  # a readable checkpoint of this task and model, checked first
     # Evaluation never trains: only the inference phase is planned (its batch size on a GPU).
+    # onnxruntime runs the network on the CPU (onnx_inference.py): nothing to plan on the GPU.
     profile = resolve_hardware(
-        cfg, conf_dir=Path(cfg.paths.conf_dir), plan_batches=False, plan_inference=True
+        cfg,
+        conf_dir=Path(cfg.paths.conf_dir),
+        plan_batches=False,
+        plan_inference=backend.backend == "torch",
     )
     log.info("Hardware profile\n%s", describe_profile(profile))
     if cfg.get("seed") is not None:
