@@ -1,8 +1,17 @@
-"""`vramkit` command-line mistakes: one line, exit 2, the closest valid name (no planning)."""
+"""`vramkit` command-line mistakes (one line, exit 2, the closest valid name, no planning), and
+`vramkit plan --hf` planning a Hugging Face model from its config."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from vramkit.cli import main
+from vramkit.core.run.compose import forget_composition
+from vramkit.core.units import GIB
+
+GPT2_PARAMETERS = 124_439_808  # GPT2Config(): 124.4 M, the LM head tied to the embedding
 
 
 def test_an_unknown_profile_names_the_closest(capsys):
@@ -22,3 +31,44 @@ def test_a_class_that_does_not_import_names_the_closest(capsys):
 def test_an_unknown_command_names_the_closest(capsys):
     assert main(["plna"]) == 2
     assert "did you mean plan?" in capsys.readouterr().err
+
+
+def test_a_misspelt_hugging_face_name_names_the_closest(capsys):
+    status = main(["plan", "--hw", "t4", "--hf", "gtp2", "--seq-len", "32"])
+    error = capsys.readouterr().err
+    assert status == 2 and error.count("\n") == 1
+    assert "--hf gtp2: neither a listed checkpoint" in error and "did you mean gpt2?" in error
+
+
+def test_a_sequence_length_for_images_is_refused(capsys):
+    status = main(["plan", "--hw", "t4", "--hf", "vit", "--task", "image_cls", "--seq-len", "64"])
+    error = capsys.readouterr().err
+    assert status == 2 and error.count("\n") == 1
+    assert "--seq-len does not apply to --task image_cls" in error
+
+
+def test_plan_hf_gives_train_val_and_an_inference_phase_without_training_state(capsys):
+    # GPT-2 from transformers' own config class: nothing is downloaded.
+    args = ["--hf", "gpt2", "--task", "causal_lm", "--seq-len", "200", "--batch-size", "2"]
+    try:
+        status = main(["plan", "--hw", "t4", *args, "--val-batch-size", "2", "--json"])
+    finally:
+        forget_composition()  # later tests must not see this plan's Hydra settings
+    plan = json.loads(capsys.readouterr().out)
+    assert status == 0 and plan["fits"] and plan["profile"] == "t4"
+    parameters_gib = GPT2_PARAMETERS * 4 / GIB  # fp32 master weights under 16-mixed
+    for phase in ("train", "val", "inference"):
+        assert plan[phase]["batch_size"] == 2
+        assert plan[phase]["breakdown"]["parameters"] == pytest.approx(parameters_gib, abs=1e-3)
+    # AdamW's two fp32 moments stay resident through validation inside fit ...
+    assert plan["val"]["breakdown"]["optimizer_state"] == pytest.approx(
+        2 * parameters_gib, abs=1e-3
+    )
+    # ... and evaluation on its own holds none of the training state.
+    inference = plan["inference"]["breakdown"]
+    assert inference["gradients"] == inference["optimizer_state"] == 0
+    assert plan["inference"]["peak_at"] == "inference step"
+    assert plan["inference"]["peak_gib"] < plan["val"]["peak_gib"]
+    # --seq-len reaches the data: the logits of 2 sequences of 200 tokens over the vocabulary.
+    shapes = [holder["largest_shape"] for holder in plan["inference"]["peak_holders"]]
+    assert [2, 200, 50257] in shapes

@@ -97,6 +97,25 @@ def _user_plan(args: argparse.Namespace):
     return result, module, datamodule
 
 
+def _check_hf_name(name: str) -> None:
+    """Refuse a `--hf` name that is neither a listed checkpoint nor a transformers model type,
+    naming the closest, before any composing or planning."""
+    from vramkit.tasks.hf_models.configs import NAMED_CONFIGS, resolve_name, transformers_module
+
+    try:
+        resolve_name(name)
+    except ImportError as error:
+        raise UsageError(f"--hf {name}: {error}") from None
+    except ValueError:
+        mapping = transformers_module().models.auto.configuration_auto.CONFIG_MAPPING
+        near = closest(name, [*NAMED_CONFIGS, *mapping.keys()])
+        hint = f"; did you mean {near}?" if near else ""
+        raise UsageError(
+            f"--hf {name}: neither a listed checkpoint ({', '.join(sorted(NAMED_CONFIGS))}) nor "
+            f"a transformers model type{hint}"
+        ) from None
+
+
 def _hf_plan(args: argparse.Namespace):
     from vramkit.api import Plan
     from vramkit.core.config.instantiate import instantiate
@@ -105,6 +124,12 @@ def _hf_plan(args: argparse.Namespace):
     from vramkit.core.run.compose import CONF_DIR, compose_config
     from vramkit.core.run.resolve_hardware import requested_profile
 
+    _check_hf_name(args.hf)
+    if args.seq_len is not None and args.task == "image_cls":
+        raise UsageError(
+            "--seq-len does not apply to --task image_cls: its samples are images of the model "
+            "config's image_size"
+        )
     model, data = HF_TASKS[args.task]
     overrides = [f"+hw={args.hw}", "task=hf_models", f"model={model}", f"data={data}"]
     overrides.append(f"model.config={args.hf}")
@@ -198,17 +223,23 @@ def _hydra_app(config_name: str, run: Callable[[Any], Any], argv: Sequence[str])
 
     register_resolvers()
 
-    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)
     def main(cfg: Any) -> Any:
         with refusals_as_messages():
             return run(cfg)
 
+    # Hydra names the job after the task function's module: train.py's and eval.py's log file
+    # (`train.log`, `eval.log`) in the run folder, not `cli.log`.
+    main.__module__ = config_name
+    app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)(main)
+    saved_argv = sys.argv
     sys.argv = [f"vramkit {config_name}", *argv]  # Hydra reads its command line from sys.argv
     try:
         with did_you_mean_on_refusal(config_name):
-            main()
+            app()
     except SystemExit as stop:
         return stop.code if isinstance(stop.code, int) else 1
+    finally:
+        sys.argv = saved_argv
     return 0
 
 

@@ -35,8 +35,14 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     hide_library_chatter(output_settings(cfg.get("verbose"), config_file="conf/eval.yaml"))
     backend = backend_settings(cfg)
     enforce_resume_contract(cfg)  # a readable checkpoint of this task and model, checked first
-    # Evaluation never trains: a planner's training-phase search would only cost time.
-    profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), plan_batches=False)
+    # Evaluation never trains: only the inference phase is planned (its batch size on a GPU).
+    # onnxruntime runs the network on the CPU (onnx_inference.py): nothing to plan on the GPU.
+    profile = resolve_hardware(
+        cfg,
+        conf_dir=Path(cfg.paths.conf_dir),
+        plan_batches=False,
+        plan_inference=backend.backend == "torch",
+    )
     log.info("Hardware profile\n%s", describe_profile(profile))
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)

@@ -33,6 +33,7 @@ from vramkit.core.hardware.profile import (
 )
 from vramkit.core.hardware.settled import mark_settled, settling
 from vramkit.core.planner.decisions.task_defaults import DEFAULTS_KEY, task_batch_default
+from vramkit.core.run.eval_batch import settle_eval_batch
 
 if TYPE_CHECKING:
     from vramkit.core.planner.decisions.task_plan import MemoryPlan
@@ -54,6 +55,7 @@ def resolve_hardware(
     plan_batches: bool = True,
     check_device: bool = True,
     fit_records: list[dict] | None = None,
+    plan_inference: bool = False,
 ) -> HardwareProfile:
     """Settle the run's hardware profile and write it into `cfg.hw`; return it.
 
@@ -72,10 +74,13 @@ def resolve_hardware(
     preview, as `--cfg job --resolve` shows it): no device check and no memory cap. When the
     plan did not fit, what the fit decided is appended to `fit_records` (the contents of the
     run folder's `fit_decision.json`). `cfg` is marked settled on return, so the
-    `${resolved_hw:…}` interpolations read `cfg.hw` from then on.
+    `${resolved_hw:…}` interpolations read `cfg.hw` from then on. With `plan_inference` (eval.py)
+    a GPU profile's `val_batch_size` is the inference plan's (`settle_eval_batch`).
     """
     with settling(cfg):
-        profile = _settle(cfg, conf_dir, device, plan_batches, check_device, fit_records)
+        profile = _settle(
+            cfg, conf_dir, device, plan_batches, check_device, fit_records, plan_inference
+        )
     mark_settled(cfg)
     return profile
 
@@ -87,6 +92,7 @@ def _settle(
     plan_batches: bool,
     check_device: bool,
     fit_records: list[dict] | None,
+    plan_inference: bool,
 ) -> HardwareProfile:
     if check_device and device is None:
         device = probe_device()
@@ -112,6 +118,8 @@ def _settle(
     if plan_batches and check_device and requested.profile.accelerator == "cpu" and _plannable(cfg):
         profile = _fit_host_memory(cfg, profile, requested.source)
     planned = _planned_batch_sizes(cfg, profile, plan) if plan_batches else profile
+    if plan_inference and _plannable(cfg):
+        planned = settle_eval_batch(cfg, planned, requested.source, echo=_echo)
     resolved = resolve_batch_sizes(planned, cfg, source=requested.source)
     if plan is not None:
         _check_gpu_host_memory(cfg, resolved, plan)

@@ -27,7 +27,7 @@ from vramkit.core.planner.tracing.subject import swap_eight_bit_optimizer
 from vramkit.core.units import GIB
 
 # Batch sizes searched when the dataset does not say how many samples it has.
-_UNBOUNDED_BATCH = 4096
+UNBOUNDED_BATCH = 4096
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,30 @@ def _resident(plan: PhasePlan) -> int:
     return held[PARAMETERS] + held[GRADIENTS] + held[OPTIMIZER_STATE]
 
 
+def profile_setup(cfg: DictConfig, profile: HardwareProfile) -> RunSetup:
+    """The `RunSetup` `cfg`'s run has on `profile`: its precision, strategy and activation
+    offload."""
+    offload = OmegaConf.select(cfg, "callbacks.activation_offload.enabled", default=False)
+    return RunSetup.from_profile(profile).replace(
+        activation_offload=bool(offload), sharding=run_sharding(cfg, profile)
+    )
+
+
+def task_planner(planning: DictConfig, samples: PhaseSamples | None = None) -> MemoryPlanner:
+    """A `MemoryPlanner` of `planning`'s model (a `planning_config`), with `samples` or, when
+    None, one sample per phase from its datamodule."""
+    if samples is None:
+        samples = sample_batches(instantiate(planning.data))
+    max_epochs, max_steps = _trainer_length(planning)
+    return MemoryPlanner(
+        planning.model,
+        samples,
+        eight_bit_configured=swap_eight_bit_optimizer(planning.model),
+        max_epochs=max_epochs,
+        max_steps=max_steps,
+    )
+
+
 def plan_task(
     cfg: DictConfig,
     profile: HardwareProfile,
@@ -148,10 +172,7 @@ def plan_task(
     """
     started = time.perf_counter()
     if setup is None:
-        offload = OmegaConf.select(cfg, "callbacks.activation_offload.enabled", default=False)
-        setup = RunSetup.from_profile(profile).replace(
-            activation_offload=bool(offload), sharding=run_sharding(cfg, profile)
-        )
+        setup = profile_setup(cfg, profile)
     budget = None if profile.budget_gib is None else int(profile.budget_gib * GIB)
     if budget is None and (train_batch_size is None or val_batch_size is None):
         raise ValueError(
@@ -159,17 +180,9 @@ def plan_task(
             "give both batch sizes"
         )
     planning = planning_config(cfg, profile)
-    if samples is None:
-        samples = sample_batches(instantiate(planning.data))
-    max_epochs, max_steps = _trainer_length(planning)
     optimizer = _optimizer_name(planning.model)
-    planner = MemoryPlanner(
-        planning.model,
-        samples,
-        eight_bit_configured=swap_eight_bit_optimizer(planning.model),
-        max_epochs=max_epochs,
-        max_steps=max_steps,
-    )
+    planner = task_planner(planning, samples)
+    samples = planner.samples
 
     def phase(
         name: str, requested: int | None, limit: int | None, upper_first: bool = False
@@ -177,7 +190,7 @@ def plan_task(
         if requested is not None:
             return planner.measure(name, requested, setup)
         _, plan = planner.largest_batch_size(
-            name, setup, budget, limit or _UNBOUNDED_BATCH, upper_first=upper_first
+            name, setup, budget, limit or UNBOUNDED_BATCH, upper_first=upper_first
         )
         return plan
 

@@ -1,0 +1,120 @@
+"""Plan evaluation on its own (`eval.py`): the inference phase alone, no training traces.
+
+`plan_inference_batch_size` builds the task's module and one validation sample, then traces only
+`trace_inference` (eval mode, no gradients, no optimizer state) to find the largest batch that
+fits the profile's budget, or to check a batch size the user set. A full `plan_task` would also
+trace two training steps and validation inside fit, which evaluation never runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+from vramkit.core.hardware.profile import HardwareProfile
+from vramkit.core.planner.decisions.plan import INFERENCE, PhasePlan
+from vramkit.core.planner.decisions.task_plan import (
+    UNBOUNDED_BATCH,
+    planning_config,
+    profile_setup,
+    task_planner,
+)
+from vramkit.core.planner.tracing.batches import PhaseSamples
+from vramkit.core.units import GIB
+
+
+@dataclass(frozen=True)
+class InferenceBatchPlan:
+    """The inference phase of one profile at the batch evaluation runs with."""
+
+    profile: HardwareProfile
+    precision: str
+    """The precision the trace ran under (the profile's)."""
+    budget_bytes: int
+    inference: PhasePlan
+    """The plan at the requested batch size (at most the validation set's size), or at the
+    largest that fits when searched."""
+    requested: int | None
+    """The batch size the user set; None when it was searched ("auto")."""
+    largest: int | None
+    """The largest batch size that fits (0 when not even one sample does); None when a requested
+    size fits, so nothing was searched."""
+    limit: int | None
+    """The validation dataset's size, which caps a searched batch size."""
+    traces: int
+    """Phase traces run, all of them of the inference phase."""
+    seconds: float
+    """Wall time of the planning, sample loading included (s)."""
+
+    @property
+    def fits(self) -> bool:
+        """The planned batch size's peak stays within the budget."""
+        return self.inference.peak <= self.budget_bytes
+
+    def line(self) -> str:
+        """One line for the console: batch, planned peak, budget, and how it was found."""
+        size = self.inference.batch_size
+        if self.requested is None:
+            why = f"all {size} samples" if size == self.limit else "the largest that fits"
+            batch = f"{size} ({why})"
+        elif size < self.requested:
+            batch = f"{self.requested} (as set; a batch holds all {size} samples)"
+        else:
+            batch = f"{size} (as set)"
+        return (
+            f"inference plan ({self.profile.name}, {self.precision}): eval batch {batch}, "
+            f"planned peak {self.inference.peak_gib:.2f} GiB of budget "
+            f"{self.budget_bytes / GIB:.2f} GiB; {self.traces} inference traces in "
+            f"{self.seconds:.1f} s"
+        )
+
+
+def plan_inference_batch_size(
+    cfg: DictConfig,
+    profile: HardwareProfile,
+    *,
+    batch_size: int | None,
+    samples: PhaseSamples | None = None,
+) -> InferenceBatchPlan:
+    """Plan `cfg`'s evaluation on `profile`, tracing the inference phase only.
+
+    `batch_size` None searches the largest batch whose predicted peak fits the profile's budget
+    (capped by the validation set's size). A given `batch_size` is traced as it runs (at most the
+    validation set's size); when it does not fit, the largest smaller size that does is searched
+    too, for the message that refuses it. `samples` defaults to one sample per phase from
+    `cfg.data`. Raises `ValueError` for a profile without a budget (a CPU profile plans nothing)
+    and `PlanningError` when the task cannot be traced.
+    """
+    if profile.budget_gib is None:
+        raise ValueError(f"profile {profile.name} has no memory budget to plan inference against")
+    started = time.perf_counter()
+    budget = int(profile.budget_gib * GIB)
+    setup = profile_setup(cfg, profile)
+    planner = task_planner(planning_config(cfg, profile), samples)
+    limit = planner.samples.val_size
+    if batch_size is None:
+        largest, inference = planner.largest_batch_size(
+            INFERENCE, setup, budget, limit or UNBOUNDED_BATCH, upper_first=True
+        )
+    else:
+        # A loader's batches hold at most the whole set: a larger size runs at the set's size.
+        size = batch_size if limit is None else min(batch_size, limit)
+        inference = planner.measure(INFERENCE, size, setup)
+        largest = None
+        if inference.peak > budget:
+            largest = 0
+            if size > 1:
+                largest, _ = planner.largest_batch_size(INFERENCE, setup, budget, size - 1)
+    return InferenceBatchPlan(
+        profile=profile,
+        precision=setup.precision,
+        budget_bytes=budget,
+        inference=inference,
+        requested=batch_size,
+        largest=largest,
+        limit=limit,
+        traces=planner.traces,
+        seconds=time.perf_counter() - started,
+    )
