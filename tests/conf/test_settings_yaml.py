@@ -35,6 +35,7 @@ class ComponentNode:
     schema: type[Settings]
     values: dict[str, Any]
     lines: dict[str, int]  # key -> 0-based line of the key in the file
+    inherited: frozenset[str]  # keys given by the configs of its defaults list
 
     def __str__(self) -> str:
         return f"{self.file.relative_to(CONF.parent)} ({self.schema.__name__})"
@@ -55,7 +56,8 @@ def _component_nodes(file: Path) -> list[ComponentNode]:
                     if name not in NODE_KEYS
                 }
                 lines = {name: key.start_mark.line for name, (key, _) in pairs.items()}
-                found.append(ComponentNode(file, schema, values, lines))
+                inherited = _inherited_keys(file, values.pop("defaults", []))
+                found.append(ComponentNode(file, schema, values, lines, inherited))
             for _, value in node.value:
                 walk(value)
         elif isinstance(node, yaml.SequenceNode):
@@ -66,6 +68,15 @@ def _component_nodes(file: Path) -> list[ComponentNode]:
     if root is not None:
         walk(root)
     return found
+
+
+def _inherited_keys(file: Path, defaults: list[Any]) -> frozenset[str]:
+    """The keys of the same group's configs a defaults list (``[arc, _self_]``) composes in."""
+    keys: set[str] = set()
+    for entry in defaults:
+        if isinstance(entry, str) and entry != "_self_":
+            keys |= set(yaml.safe_load((file.parent / f"{entry}.yaml").read_text()))
+    return frozenset(keys)
 
 
 NODES = [node for file in sorted(CONF.rglob("*.yaml")) for node in _component_nodes(file)]
@@ -83,6 +94,8 @@ def key_problems(node: ComponentNode) -> list[str]:
     ]
     text = node.file.read_text().splitlines()
     for key, line in node.lines.items():
+        if key == "defaults":  # Hydra's composition list, no setting
+            continue
         commented = "#" in text[line] or (line > 0 and text[line - 1].lstrip().startswith("#"))
         if key not in NODE_KEYS and not commented:
             problems.append(f"{key}: no one-line comment")
@@ -91,7 +104,8 @@ def key_problems(node: ComponentNode) -> list[str]:
 
 def default_problems(node: ComponentNode) -> list[str]:
     """Fields missing from the node, and plain values that differ from the field's default."""
-    problems = [f"{name}: missing" for name in node.schema.model_fields if name not in node.values]
+    given = set(node.values) | node.inherited
+    problems = [f"{name}: missing" for name in node.schema.model_fields if name not in given]
     for name, value in node.values.items():
         field = node.schema.model_fields.get(name)
         if field is None or (isinstance(value, str) and "${" in value):

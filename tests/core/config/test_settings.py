@@ -120,6 +120,7 @@ def test_a_callback_setting_is_refused_early_and_interpolations_are_left_alone()
                     "dirpath": "${paths.output_dir}/checkpoints",
                     "keep_lst": 3,
                     "budget_gib": "${oc.env:NO_SUCH_VARIABLE_ANYWHERE}",
+                    "report_path": "???",
                 },
                 "other": {"_target_": "builtins.dict", "anything": 1},
             },

@@ -32,7 +32,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from pydantic import Field
 
-from vramkit.core.config.settings import Settings
+from vramkit.core.config.settings import ConfigPath, Settings
 from vramkit.core.config.source import source_of
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO, atomic_write_bytes, is_partial_write
 from vramkit.core.io.disk_space import free_bytes
@@ -57,10 +57,10 @@ class CheckpointRetentionSettings(Settings):
     epoch keeps its own new files, not the abandoned future ones."""
     budget_gib: float | None = Field(5.0, ge=0)
     """Size limit of the checkpoint folder (GiB); null for none."""
-    dirpath: Path | None = None
+    dirpath: ConfigPath | None = None
     """The folder it manages; null: the first ModelCheckpoint's dirpath, else
     ``<default_root_dir>/checkpoints``."""
-    report_path: Path | None = None
+    report_path: ConfigPath | None = None
     """Where the JSON storage report is written at the end of the run; null: only logged."""
 
 

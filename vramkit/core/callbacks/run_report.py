@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 from pydantic import Field
 
-from vramkit.core.config.settings import Settings
+from vramkit.core.config.settings import ConfigPath, Settings
 from vramkit.core.config.source import source_of
 from vramkit.core.report.build import REPORT_DIR, build_report
 from vramkit.core.report.task_figures import DrawsReportFigures, save_task_figure
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 class RunReportSettings(Settings):
     """The keys of ``callbacks.run_report`` (conf/callbacks/run_report.yaml)."""
 
-    dirpath: Path
+    dirpath: ConfigPath
     """The run folder: report.html goes into it, the PNGs into its report/ subfolder."""
     task_figures: bool = True
     """Ask the LightningModule for its pictures (``report_figures``) at the end of the fit."""

@@ -38,7 +38,9 @@ def settings_class_of(target: str) -> type[Settings] | None:
 def component_nodes(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, DictConfig]]:
     """Every node below `cfg` with a ``_target_``, with its dotted key ("callbacks.run_report")."""
     for key in cfg:
-        if not isinstance(key, str) or OmegaConf.is_interpolation(cfg, key):
+        if not isinstance(key, str) or OmegaConf.is_missing(cfg, key):
+            continue
+        if OmegaConf.is_interpolation(cfg, key):
             continue
         node = cfg[key]
         if isinstance(node, DictConfig):
@@ -54,29 +56,25 @@ def check_component_settings(cfg: DictConfig) -> None:
         schema = settings_class_of(str(node._target_))
         if schema is None:
             continue
+        left_out = {str(name) for name in node if _unknown_yet(node, str(name))}
         values = {
-            name: node[name]
-            for name in node
-            if name not in NODE_KEYS and not _holds_interpolation(node, str(name))
+            name: node[name] for name in node if name not in NODE_KEYS and name not in left_out
         }
         prefix, source = f"{key}.", _source(key)
         try:
             schema.from_config(values, key_prefix=prefix, source=source)
         except ConfigError as error:
-            # a key left out here because it is an interpolation is not missing
-            problems = [
-                (name, problem)
-                for name, problem in error.problems
-                if not (problem.startswith("missing") and name in node)
-            ]
+            # what a left-out key holds is known only once resolved: not missing, nor judged
+            problems = [p for p in error.problems if p[0].split(".")[0] not in left_out]
             if problems:
                 heading = settings_heading(schema, prefix, None)
                 raise settings_error(problems, heading, prefix, source) from None
 
 
-def _holds_interpolation(node: DictConfig, key: str) -> bool:
-    """Whether the value of `key` is or contains an interpolation (left unresolved here)."""
-    if OmegaConf.is_interpolation(node, key):
+def _unknown_yet(node: DictConfig, key: str) -> bool:
+    """Whether the value of `key` is missing (``???``) or is or holds an interpolation: known
+    only once resolved, which the early check must not do."""
+    if OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key):
         return True
     value = node[key]
     if isinstance(value, DictConfig | ListConfig):

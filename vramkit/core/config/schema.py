@@ -29,7 +29,10 @@ Metadata understood (`LIMITS`): ``ge``, ``gt``, ``le``, ``lt`` and ``multiple_of
 
 Rules that involve several fields go in a method ``cross_field_problems(self)`` of the dataclass,
 returning ``(field, problem)`` pairs; they run once every field has the right type and limits.
-A dataclass that code also builds directly can call `check_fields` in ``__post_init__``.
+
+The components' settings are pydantic models (`vramkit.core.config.settings`), which reuse the
+wording below; this validator remains for the hardware profile and the trainer keys until they
+move to pydantic too.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import Annotated, Any, Literal, TypeVar, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -110,41 +113,11 @@ def check_settings(
     return settings
 
 
-def check_fields(
-    settings: Any,
-    *,
-    key_prefix: str = "",
-    source: ConfigSource | None = None,
-    title: str | None = None,
-) -> None:
-    """Check the fields of a settings dataclass built directly in code (call in __post_init__).
-
-    The same checks as `check_settings`, on the instance's own values; values are stored in the
-    annotated form (an int in a float field becomes a float, a list in a tuple field a tuple),
-    so equal settings compare and hash equal however they were written.
-    """
-    schema = type(settings)
-    hints = _hints(schema)
-    problems: list[Problem] = []
-    for field in _init_fields(schema).values():
-        value, found = _check_value(
-            field.name, getattr(settings, field.name), hints[field.name], field.metadata, key_prefix
-        )
-        problems += found
-        if not found:
-            # Frozen dataclasses take their normalised values the way __post_init__ may.
-            object.__setattr__(settings, field.name, value)
-    if not problems:
-        problems = _cross_field_problems(settings)
-    if problems:
-        raise settings_error(
-            problems, settings_heading(schema, key_prefix, title), key_prefix, source
-        )
-
-
 def describe_type(annotation: Any) -> str:
     """The annotation as a config user reads it: 'int or "auto"', 'float or null', 'bool'."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:  # a pydantic field's constrained type
+        return describe_type(args[0])
     if annotation is _NONE or annotation is None:
         return "null"
     if annotation is Any:
@@ -216,7 +189,7 @@ def _check_mapping(
     try:
         settings = schema(**checked)
     except ConfigError as error:
-        # A schema that checks itself in __post_init__ (see check_fields) reports its own keys.
+        # A schema that checks itself in __post_init__ reports its own keys.
         return None, [(f"{nested}{key}", problem) for key, problem in error.problems]
     rule_problems = _cross_field_problems(settings)
     return settings, [(f"{nested}{key}", problem) for key, problem in rule_problems]

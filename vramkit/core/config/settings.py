@@ -21,11 +21,14 @@ A component names its settings class in ``settings_class``, takes its keys as ke
 
 Pydantic validates; `from_config` only translates its errors into one `ConfigError` in the
 project's wording (key as the user types it, the file, the override that set it, the closest valid
-key, the allowed range or choices). Values are validated as JSON, strictly: that is the form of a
-config (a YAML or command-line value), so a str is a path and a list a tuple, but a bool is no int
-and "3" no number. Rules that involve several fields go in ``cross_field_problems(self)``
-returning ``(field, problem)`` pairs, because a pydantic model validator reports one error without
-a key.
+key, the allowed range or choices): that translation is our own code because pydantic's messages
+("Extra inputs are not permitted", "Input should be greater than or equal to 1") name neither the
+config file, nor the override, nor the key the user meant.
+
+Config values are validated as JSON, strictly: that is the form of a config (a YAML or
+command-line value), so a str is a path and a list a tuple, but a bool is no int and "3" no
+number. Rules that involve several fields go in ``cross_field_problems(self)`` returning
+``(field, problem)`` pairs, because a pydantic model validator reports one error without a key.
 """
 
 from __future__ import annotations
@@ -34,11 +37,12 @@ import json
 import types
 import typing
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal, Self
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
 from vramkit.core.config.schema import (
@@ -66,6 +70,17 @@ _RANGE_ERRORS = {
 }
 
 
+def _non_empty(value: Any) -> Any:
+    if value == "":
+        raise ValueError("expected a non-empty path, got ''")
+    return value
+
+
+ConfigPath = Annotated[Path, BeforeValidator(_non_empty)]
+"""The type of a path setting: pydantic takes "" as ``Path(".")``, the working folder, which no
+config means; a small validator of our own refuses it."""
+
+
 class CrossFieldProblems(ValueError):
     """The ``(field, problem)`` pairs a settings class's ``cross_field_problems`` found."""
 
@@ -75,12 +90,12 @@ class CrossFieldProblems(ValueError):
 
 
 class Settings(BaseModel):
-    """Base of every settings class: frozen, unknown keys refused, strict types, docs from the
-    attribute docstrings."""
+    """Base of every settings class: frozen (and hashable), unknown keys refused, docs from the
+    attribute docstrings. Built in code (``Settings(key=value)``) it converts as pydantic's lax
+    mode does (a list into a tuple, 20 into 20.0) and fails with pydantic's ValidationError;
+    `from_config` is strict and fails with a `ConfigError`."""
 
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", strict=True, use_attribute_docstrings=True
-    )
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     def cross_field_problems(self) -> list[Problem]:
         """Problems of several fields together, as ``(field, problem)`` pairs (none here)."""
@@ -111,13 +126,13 @@ class Settings(BaseModel):
         heading = settings_heading(cls, key_prefix, title)
         plain = _plain(values, heading, source)
         try:
-            return cls.model_validate_json(json.dumps(plain, default=str))
+            return cls.model_validate_json(json.dumps(plain, default=str), strict=True)
         except ValidationError as error:
             problems = list(_problems(error, cls, plain, key_prefix))
             raise settings_error(problems, heading, key_prefix, source) from None
 
 
-def field_limits(info: FieldInfo) -> dict[str, Any]:
+def _field_limits(info: FieldInfo) -> dict[str, Any]:
     """The numeric constraints of a field as a mapping: ``Field(ge=1)`` -> ``{"ge": 1}``; those
     of its items too (``tuple[Annotated[int, Field(ge=1)], ...]``)."""
     constraints = list(info.metadata)
@@ -208,7 +223,7 @@ def _problem(
     if "missing" in kinds:
         return f"missing (a required {describe_type(info.annotation)})"
     given = _given(values, path)
-    limits = field_limits(info)
+    limits = _field_limits(info)
     if kinds & _RANGE_ERRORS:
         if isinstance(given, list | tuple):
             return f"every value must be {bounds_in_words(info.annotation, limits)}, got {given}"

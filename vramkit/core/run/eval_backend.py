@@ -10,7 +10,6 @@ only instantiates that node.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -18,7 +17,7 @@ from omegaconf import DictConfig
 
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.schema import ConfigError
-from vramkit.core.config.settings import Settings
+from vramkit.core.config.settings import ConfigPath, Settings
 from vramkit.core.config.source import ConfigSource, command_line_overrides
 
 BACKEND_KEYS = ("backend", "ckpt_path", "onnx_path", "onnx_threads")
@@ -29,9 +28,9 @@ class EvalBackendSettings(Settings):
 
     backend: Literal["torch", "onnxruntime"] = "torch"
     """torch: the checkpoint in PyTorch; onnxruntime: the exported model."""
-    ckpt_path: Path | None = None
+    ckpt_path: ConfigPath | None = None
     """The checkpoint (required with backend=torch)."""
-    onnx_path: Path | None = None
+    onnx_path: ConfigPath | None = None
     """The exported model (required with backend=onnxruntime)."""
     onnx_threads: int | None = None
     """onnxruntime intra-op threads; null: one per core."""

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from pydantic import Field
 from torch.utils.data import DataLoader, Dataset
 
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import ConfigPath
 from vramkit.core.config.source import source_of
 from vramkit.core.data.bad_lines import BadLine
 from vramkit.core.data.loaders import LoaderSettings, build_loader
@@ -29,27 +29,26 @@ _BAD_LINES_SHOWN = 10  # bad lines named in the log per split; all are counted
 _USER_FILES = ("train_file", "val_file", "tokenizer_dir")
 
 
-@dataclass(frozen=True, kw_only=True)
 class TextClassificationDataSettings(LoaderSettings):
     """The ``data.*`` keys of text classification, as the datamodule takes them."""
 
-    train_file: Path | None = None
+    train_file: ConfigPath | None = None
     """Training JSONL; given together with ``val_file`` and ``tokenizer_dir``."""
-    val_file: Path | None = None
+    val_file: ConfigPath | None = None
     """Validation JSONL."""
-    tokenizer_dir: Path | None = None
+    tokenizer_dir: ConfigPath | None = None
     """A local folder ``AutoTokenizer`` loads (nothing is downloaded)."""
-    data_root: Path = Path("data")
+    data_root: ConfigPath = Path("data")
     """Where the toy set is written."""
-    toy: ToyTextConfig | None = None
+    toy: ToyTextConfig | None = ToyTextConfig()
     """The toy set, used when the three paths are null."""
-    num_labels: int = field(default=2, metadata={"ge": 1})
+    num_labels: int = Field(2, ge=1)
     """Classes; a JSONL label is an index in [0, num_labels) or a name of ``label_names``."""
     label_names: list[str] | None = None
     """Class names in index order, ``num_labels`` distinct ones; null for index labels only."""
-    pad_token_id: int = field(default=0, metadata={"ge": 0})
+    pad_token_id: int = Field(0, ge=0)
     """Padding id the model is told about."""
-    max_length: int = field(default=128, metadata={"ge": 1})
+    max_length: int = Field(128, ge=1)
     """Tokens per text: longer texts are cut, shorter ones padded."""
     strict: bool = False
     """True: a malformed JSONL line stops the run; false: it is skipped, named and counted."""
@@ -132,50 +131,19 @@ class TextClassificationDataModule(L.LightningDataModule):
     or, having no padding token, is given that token (its EOS, for GPT-2-style tokenizers).
     With ``strict`` a bad JSONL line stops the run naming file and line; without, it is
     skipped, named in the log and counted in :meth:`data_problems`.
+
+    Its keys are the fields of `TextClassificationDataSettings`, given as keyword arguments and
+    kept validated in ``self.settings`` (also as attributes, which the toy set fills in).
     """
 
-    def __init__(
-        self,
-        *,
-        train_file: str | None = None,
-        val_file: str | None = None,
-        tokenizer_dir: str | None = None,
-        data_root: str = "data",
-        toy: Mapping[str, Any] | None = None,
-        num_labels: int = 2,
-        label_names: Sequence[str] | None = None,
-        pad_token_id: int = 0,
-        max_length: int = 128,
-        batch_size: int = 8,
-        val_batch_size: int = 8,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        persistent_workers: bool = True,
-        strict: bool = False,
-    ) -> None:
+    settings_class = TextClassificationDataSettings
+
+    def __init__(self, **settings: Any) -> None:
         super().__init__()
-        settings = check_settings(
-            {
-                "train_file": train_file,
-                "val_file": val_file,
-                "tokenizer_dir": tokenizer_dir,
-                "data_root": data_root,
-                "toy": toy,
-                "num_labels": num_labels,
-                "label_names": label_names,
-                "pad_token_id": pad_token_id,
-                "max_length": max_length,
-                "batch_size": batch_size,
-                "val_batch_size": val_batch_size,
-                "num_workers": num_workers,
-                "pin_memory": pin_memory,
-                "persistent_workers": persistent_workers,
-                "strict": strict,
-            },
-            TextClassificationDataSettings,
-            key_prefix="data.",
-            source=source_of("data"),
+        self.settings = TextClassificationDataSettings.from_config(
+            settings, key_prefix="data.", source=source_of("data")
         )
+        settings = self.settings
         self.paths = {
             key: getattr(settings, key) for key in _USER_FILES if getattr(settings, key) is not None
         }

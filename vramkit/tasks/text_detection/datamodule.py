@@ -5,16 +5,16 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import cv2
 import lightning as L
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from pydantic import Field
 from torch.utils.data import DataLoader
 
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import ConfigPath
 from vramkit.core.config.source import source_of
 from vramkit.core.data.loaders import LoaderSettings, build_loader
 from vramkit.core.io.disk_cache import ValidationCacheSettings
@@ -70,23 +70,22 @@ def _options(value: Any, key: str, known: set[str], owner: str) -> dict[str, Any
     return dict(value)
 
 
-@dataclass(frozen=True, kw_only=True)
 class TextDetectionDataSettings(LoaderSettings):
     """The ``data.*`` keys of text detection, as :class:`TextDetectionDataModule` takes them."""
 
-    train_dir: Path | None = None
+    train_dir: ConfigPath | None = None
     """Training folder in ICDAR 2015 layout (images/, gt/); null with ``synthetic``."""
-    val_dir: Path | None = None
+    val_dir: ConfigPath | None = None
     """Validation folder in ICDAR 2015 layout; null with ``synthetic``."""
     synthetic: SyntheticTextConfig | None = None
     """Parameters of the synthetic dataset, rendered once under ``data_root``; null for folders."""
-    data_root: Path = Path("data")
+    data_root: ConfigPath = Path("data")
     """Where generated datasets live."""
-    image_size: int = field(default=640, metadata={"gt": 0, "multiple_of": SIDE_MULTIPLE})
+    image_size: int = Field(640, gt=0, multiple_of=SIDE_MULTIPLE)
     """Training crop side (px)."""
-    val_image_size: int = field(default=640, metadata={"gt": 0, "multiple_of": SIDE_MULTIPLE})
+    val_image_size: int = Field(640, gt=0, multiple_of=SIDE_MULTIPLE)
     """Side validation images are resized to (px)."""
-    prefetch_factor: int | None = field(default=None, metadata={"gt": 0})
+    prefetch_factor: int | None = Field(None, gt=0)
     """Batches each loader worker prepares ahead; null: PyTorch's default (2)."""
     strict: bool = False
     """True: a corrupt image or malformed annotation line stops the run."""
@@ -131,52 +130,20 @@ class TextDetectionDataModule(L.LightningDataModule):
     (:mod:`vramkit.core.io.disk_cache`), so each is computed once across epochs and runs;
     training samples are always computed afresh in the workers. ``prefetch_factor`` is the
     number of batches each worker prepares ahead (None: PyTorch's default, 2).
+
+    Its keys are the fields of `TextDetectionDataSettings`, given as keyword arguments and kept
+    validated in ``self.settings``; the loader settings and folders are also attributes, which
+    change at run time (a rendered synthetic set's folders, a benchmark's workers).
     """
 
-    def __init__(
-        self,
-        *,
-        train_dir: str | None = None,
-        val_dir: str | None = None,
-        synthetic: Mapping[str, Any] | None = None,
-        data_root: str = "data",
-        image_size: int = 640,
-        val_image_size: int = 640,
-        batch_size: int = 8,
-        val_batch_size: int = 8,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        persistent_workers: bool = True,
-        prefetch_factor: int | None = None,
-        strict: bool = False,
-        augment: Mapping[str, Any] | None = None,
-        targets: Mapping[str, Any] | None = None,
-        val_cache: Mapping[str, Any] | None = None,
-    ) -> None:
+    settings_class = TextDetectionDataSettings
+
+    def __init__(self, **settings: Any) -> None:
         super().__init__()
-        settings = check_settings(
-            {
-                "train_dir": train_dir,
-                "val_dir": val_dir,
-                "synthetic": synthetic,
-                "data_root": data_root,
-                "image_size": image_size,
-                "val_image_size": val_image_size,
-                "batch_size": batch_size,
-                "val_batch_size": val_batch_size,
-                "num_workers": num_workers,
-                "pin_memory": pin_memory,
-                "persistent_workers": persistent_workers,
-                "prefetch_factor": prefetch_factor,
-                "strict": strict,
-                "augment": augment,
-                "targets": targets,
-                "val_cache": val_cache,
-            },
-            TextDetectionDataSettings,
-            key_prefix="data.",
-            source=source_of("data"),
+        self.settings = TextDetectionDataSettings.from_config(
+            settings, key_prefix="data.", source=source_of("data")
         )
+        settings = self.settings
         self.image_size = settings.image_size
         self.val_image_size = settings.val_image_size
         self.batch_size = settings.batch_size

@@ -23,7 +23,6 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from vramkit.core.config.instantiate import instantiate
-from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import ConfigSource, command_line_overrides
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.core.run.resolve_hardware import resolve_hardware
@@ -47,14 +46,13 @@ RECORD_NAME = "export.json"
 
 def _settings(cfg: DictConfig) -> tuple[ExportRequest, ExportSettings]:
     source = ConfigSource("conf/export.yaml", command_line_overrides())
-    request = check_settings(
+    request = ExportRequest.from_config(
         {"ckpt_path": cfg.get("ckpt_path"), "format": cfg.get("format")},
-        ExportRequest,
         key_prefix="",
         source=source,
         title="invalid export request",
     )
-    settings = check_settings(cfg.export, ExportSettings, key_prefix="export.", source=source)
+    settings = ExportSettings.from_config(cfg.export, key_prefix="export.", source=source)
     if not request.ckpt_path.is_file():
         raise FileNotFoundError(f"ckpt_path: no checkpoint file at {request.ckpt_path}")
     return request, settings
