@@ -123,7 +123,7 @@ def test_hydra_containers_are_accepted(tmp_path: Path) -> None:
         {"synthetic": {**TINY_SYNTHETIC, "font_size": [14, 30]}, "augment": {"scale": [0.7, 1.5]}}
     )
     module = _module(tmp_path, synthetic=config.synthetic, augment=config.augment)
-    assert module.synthetic.font_size == (14, 30)
+    assert module.settings.synthetic.font_size == (14, 30)
     assert module.train_transform.pipeline.transforms[0].scale == (0.7, 1.5)
 
 

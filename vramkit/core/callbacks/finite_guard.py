@@ -49,9 +49,6 @@ from vramkit.core.config.source import source_of
 
 log = logging.getLogger(__name__)
 
-ON_NON_FINITE = ("stop", "skip_step", "rollback")
-"""What a non-finite loss or gradient does (``callbacks.finite_guard.on_non_finite``)."""
-
 
 class FiniteGuardSettings(Settings):
     """The keys of ``callbacks.finite_guard`` (conf/callbacks/finite_guard.yaml)."""

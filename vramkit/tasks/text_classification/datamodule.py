@@ -133,7 +133,8 @@ class TextClassificationDataModule(L.LightningDataModule):
     skipped, named in the log and counted in :meth:`data_problems`.
 
     Its keys are the fields of `TextClassificationDataSettings`, given as keyword arguments and
-    kept validated in ``self.settings`` (also as attributes, which the toy set fills in).
+    kept validated in ``self.settings``; ``paths`` holds the three files, which the toy set fills
+    in.
     """
 
     settings_class = TextClassificationDataSettings
@@ -148,17 +149,6 @@ class TextClassificationDataModule(L.LightningDataModule):
             key: getattr(settings, key) for key in _USER_FILES if getattr(settings, key) is not None
         }
         self.toy = None if self.paths else settings.toy
-        self.data_root = settings.data_root
-        self.num_labels = settings.num_labels
-        self.label_names = settings.label_names
-        self.pad_token_id = settings.pad_token_id
-        self.max_length = settings.max_length
-        self.batch_size = settings.batch_size
-        self.val_batch_size = settings.val_batch_size
-        self.num_workers = settings.num_workers
-        self.pin_memory = settings.pin_memory
-        self.persistent_workers = settings.persistent_workers
-        self.strict = settings.strict
         self.tokenizer: Any = None
         self.train_dataset: TextClassificationDataset | None = None
         self.val_dataset: TextClassificationDataset | None = None
@@ -167,12 +157,12 @@ class TextClassificationDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         """Write the toy set when no files are configured."""
         if self.toy is not None:
-            ensure_toy_text_classification(self.data_root, self.toy)
+            ensure_toy_text_classification(self.settings.data_root, self.toy)
 
     def setup(self, stage: str | None = None) -> None:
         """Load the tokenizer and read the splits; later calls reuse them."""
         if self.toy is not None and not self.paths:
-            files = ensure_toy_text_classification(self.data_root, self.toy)
+            files = ensure_toy_text_classification(self.settings.data_root, self.toy)
             self.paths = {
                 "train_file": files.train_file,
                 "val_file": files.val_file,
@@ -195,12 +185,12 @@ class TextClassificationDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:
             raise RuntimeError("call setup('fit') before train_dataloader()")
-        return self._loader(self.train_dataset, self.batch_size, train=True)
+        return self._loader(self.train_dataset, self.settings.batch_size, train=True)
 
     def val_dataloader(self) -> DataLoader:
         if self.val_dataset is None:
             raise RuntimeError("call setup() before val_dataloader()")
-        return self._loader(self.val_dataset, self.val_batch_size, train=False)
+        return self._loader(self.val_dataset, self.settings.val_batch_size, train=False)
 
     def data_problems(self) -> dict[str, int]:
         """Skipped JSONL lines by ``<split>/bad_lines``."""
@@ -211,15 +201,18 @@ class TextClassificationDataModule(L.LightningDataModule):
             dataset,
             batch_size=batch_size,
             shuffle=train,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.persistent_workers,
-            collate_fn=TokenizingCollate(self.tokenizer, self.max_length),
+            num_workers=self.settings.num_workers,
+            pin_memory=self.settings.pin_memory,
+            persistent_workers=self.settings.persistent_workers,
+            collate_fn=TokenizingCollate(self.tokenizer, self.settings.max_length),
         )
 
     def _read(self, split: str, path: Path) -> TextClassificationDataset:
         examples, bad = read_labelled_texts(
-            path, num_labels=self.num_labels, label_names=self.label_names, strict=self.strict
+            path,
+            num_labels=self.settings.num_labels,
+            label_names=self.settings.label_names,
+            strict=self.settings.strict,
         )
         self._bad_lines[split] = bad
         for problem in bad[:_BAD_LINES_SHOWN]:
@@ -237,17 +230,18 @@ class TextClassificationDataModule(L.LightningDataModule):
         if not folder.is_dir():
             raise FileNotFoundError(f"data.tokenizer_dir is not a folder: {folder}")
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        pad_token_id = self.settings.pad_token_id
         if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(self.pad_token_id)
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(pad_token_id)
             log.info(
                 "tokenizer %s has no padding token: padding with id %d (%r, data.pad_token_id)",
                 folder,
-                self.pad_token_id,
+                pad_token_id,
                 tokenizer.pad_token,
             )
-        elif tokenizer.pad_token_id != self.pad_token_id:
+        elif tokenizer.pad_token_id != pad_token_id:
             raise ValueError(
-                f"data.pad_token_id is {self.pad_token_id} but the tokenizer in {folder} pads "
+                f"data.pad_token_id is {pad_token_id} but the tokenizer in {folder} pads "
                 f"with id {tokenizer.pad_token_id} ({tokenizer.pad_token!r}): set "
                 f"data.pad_token_id={tokenizer.pad_token_id}"
             )

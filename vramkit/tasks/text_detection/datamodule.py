@@ -132,8 +132,8 @@ class TextDetectionDataModule(L.LightningDataModule):
     number of batches each worker prepares ahead (None: PyTorch's default, 2).
 
     Its keys are the fields of `TextDetectionDataSettings`, given as keyword arguments and kept
-    validated in ``self.settings``; the loader settings and folders are also attributes, which
-    change at run time (a rendered synthetic set's folders, a benchmark's workers).
+    validated in ``self.settings``; ``train_dir`` and ``val_dir`` are also attributes, which a
+    rendered synthetic set fills in.
     """
 
     settings_class = TextDetectionDataSettings
@@ -144,21 +144,11 @@ class TextDetectionDataModule(L.LightningDataModule):
             settings, key_prefix="data.", source=source_of("data")
         )
         settings = self.settings
-        self.image_size = settings.image_size
-        self.val_image_size = settings.val_image_size
-        self.batch_size = settings.batch_size
-        self.val_batch_size = settings.val_batch_size
-        self.num_workers = settings.num_workers
-        self.pin_memory = settings.pin_memory
-        self.persistent_workers = settings.persistent_workers
-        self.prefetch_factor = settings.prefetch_factor
-        self.strict = settings.strict
-        self.data_root = settings.data_root
-        self.synthetic = settings.synthetic
         # With synthetic data, the folders are known once the dataset is rendered.
         self.train_dir = settings.train_dir
         self.val_dir = settings.val_dir
-        self._from_synthetic = self.synthetic is not None and None in (self.train_dir, self.val_dir)
+        rendered = settings.synthetic is not None
+        self._from_synthetic = rendered and None in (self.train_dir, self.val_dir)
         self._checked_synthetic = False  # every file checked against the manifest
 
         augment_options = _options(
@@ -171,10 +161,12 @@ class TextDetectionDataModule(L.LightningDataModule):
             settings.targets, "data.targets", _keyword_options(make_targets), "make_targets"
         )
         try:
-            self.train_transform = build_train_transform(self.image_size, **augment_options)
+            self.train_transform = build_train_transform(
+                self.settings.image_size, **augment_options
+            )
         except (TypeError, ValueError) as error:
             raise ValueError(f"data.augment: {error}") from None
-        self.val_transform = build_val_transform(self.val_image_size)
+        self.val_transform = build_val_transform(self.settings.val_image_size)
         self.val_cache = None if settings.val_cache is None else settings.val_cache.build()
         self.train_dataset: TextDetectionDataset | None = None
         self.val_dataset: TextDetectionDataset | None = None
@@ -191,8 +183,10 @@ class TextDetectionDataModule(L.LightningDataModule):
             return
         if self.train_dir is not None and not checksums:
             return  # rendered already
-        assert self.synthetic is not None
-        dataset_dir = ensure_synthetic_dataset(self.data_root, self.synthetic, checksums=checksums)
+        assert self.settings.synthetic is not None
+        dataset_dir = ensure_synthetic_dataset(
+            self.settings.data_root, self.settings.synthetic, checksums=checksums
+        )
         self.train_dir = dataset_dir / "train"
         self.val_dir = dataset_dir / "val"
         self._checked_synthetic = checksums
@@ -220,7 +214,7 @@ class TextDetectionDataModule(L.LightningDataModule):
             self.train_dataset = TextDetectionDataset(
                 self.train_dir,
                 self.train_transform,
-                strict=self.strict,
+                strict=self.settings.strict,
                 target_params=self.target_params,
                 keep_annotations=False,
                 check_on_access=check_on_access,
@@ -229,17 +223,17 @@ class TextDetectionDataModule(L.LightningDataModule):
             self.val_dataset = TextDetectionDataset(
                 self.val_dir,
                 self.val_transform,
-                strict=self.strict,
+                strict=self.settings.strict,
                 target_params=self.target_params,
                 keep_annotations=True,
                 cache=self.val_cache,
                 # what the validation transform depends on (build_val_transform)
-                cache_params={"resize_px": self.val_image_size},
+                cache_params={"resize_px": self.settings.val_image_size},
                 check_on_access=check_on_access,
             )
 
     def _loader(self, dataset: TextDetectionDataset, batch_size: int, *, train: bool) -> DataLoader:
-        if self.num_workers > 0:
+        if self.settings.num_workers > 0:
             # Loader workers are forked from this process. A worker that inherits OpenCV's
             # thread pool (started here by in-process rendering or post-processing) deadlocks
             # as soon as it resizes or stops that pool, so the pool is stopped here, before any
@@ -251,22 +245,22 @@ class TextDetectionDataModule(L.LightningDataModule):
             shuffle=train,
             # A short last batch makes noisy BatchNorm statistics; kept when it is the only one.
             drop_last=train and len(dataset) >= batch_size,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.persistent_workers,
-            prefetch_factor=self.prefetch_factor,
+            num_workers=self.settings.num_workers,
+            pin_memory=self.settings.pin_memory,
+            persistent_workers=self.settings.persistent_workers,
+            prefetch_factor=self.settings.prefetch_factor,
             collate_fn=collate_text_detection,
         )
 
     def train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:
             raise RuntimeError("call setup('fit') before train_dataloader()")
-        return self._loader(self.train_dataset, self.batch_size, train=True)
+        return self._loader(self.train_dataset, self.settings.batch_size, train=True)
 
     def val_dataloader(self) -> DataLoader:
         if self.val_dataset is None:
             raise RuntimeError("call setup() before val_dataloader()")
-        return self._loader(self.val_dataset, self.val_batch_size, train=False)
+        return self._loader(self.val_dataset, self.settings.val_batch_size, train=False)
 
     def predict_dataloader(self) -> DataLoader:
         """The validation split, in order: what ``eval.py`` writes submission files for."""

@@ -123,7 +123,7 @@ def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
     output_dir = settings.output_dir
     output_dir.mkdir(parents=True, exist_ok=True)
 
-    side = datamodule.val_image_size
+    side = datamodule.settings.val_image_size
     fp32_path = output_dir / FP32_NAME
     log.info(
         "exporting %s with the %s exporter, opset %d", fp32_path, settings.exporter, settings.opset
@@ -141,7 +141,9 @@ def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
         models["int8_static"] = quantize_static_qdq(
             fp32_path,
             output_dir / "dbnet.int8_static.onnx",
-            calibration_batches(datamodule, settings.calibration_images, datamodule.val_batch_size),
+            calibration_batches(
+                datamodule, settings.calibration_images, datamodule.settings.val_batch_size
+            ),
             method=settings.calibration_method,
             per_channel=settings.per_channel,
             fp32_nodes=nodes_of_modules(fp32_path, settings.fp32_modules),
