@@ -104,9 +104,9 @@ def measure_loader(datamodule: Any, samples: int) -> dict[str, float]:
     The worker's start and first batch are left out; then ``samples`` samples are drawn, over
     as many epochs as that takes (the same worker serves them all).
     """
-    datamodule.num_workers = 1
-    datamodule.persistent_workers = True
-    datamodule.batch_size = BATCH_SIZE
+    datamodule.settings = datamodule.settings.model_copy(
+        update={"num_workers": 1, "persistent_workers": True, "batch_size": BATCH_SIZE}
+    )
     loader = datamodule.train_dataloader()
     iterator = iter(loader)
     next(iterator)

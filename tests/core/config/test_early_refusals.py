@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from vramkit.core.config.added_keys import check_added_keys
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.trainer_schema import check_trainer
+from vramkit.core.run.train import refuse_mistakes
 
 REPO = Path(__file__).resolve().parents[3]
 CONF = REPO / "conf"
@@ -78,3 +79,15 @@ def test_train_py_prints_the_refusal_alone_and_exits_2(tmp_path):
     assert "trainer.max_epochs: expected int or null, got 'abc'" in completed.stderr
     assert "conf/trainer/default.yaml" in completed.stderr
     assert not list(tmp_path.glob("**/resolved_config.yaml")), "refused before any work"
+
+
+def test_a_bad_callback_value_is_refused_with_the_other_mistakes_before_any_work(compose_config):
+    cfg = compose_config("callbacks.finite_guard.on_non_finite=stpo", "+hw=cpu")
+    with pytest.raises(ConfigError) as refused:
+        refuse_mistakes(cfg)
+    assert str(refused.value).splitlines() == [
+        "invalid callbacks.finite_guard settings (conf/callbacks/finite_guard.yaml):",
+        "  callbacks.finite_guard.on_non_finite: 'stpo' is not one of stop, skip_step, rollback; "
+        "did you mean 'stop'? (set by command-line override "
+        "'callbacks.finite_guard.on_non_finite=stpo')",
+    ]

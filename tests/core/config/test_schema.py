@@ -14,7 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from vramkit.core.config.schema import ConfigError, check_fields, check_settings, describe_type
+from vramkit.core.config.schema import ConfigError, check_settings, describe_type
 from vramkit.core.config.source import ConfigSource, closest, override_key, source_of
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
@@ -228,28 +228,16 @@ def test_a_config_that_is_no_mapping_is_refused_naming_the_file() -> None:
 
 @dataclass(frozen=True)
 class Pair:
-    """Settings that code also builds directly, checked in __post_init__."""
+    """Settings with a rule of two fields."""
 
     low: int = field(default=0, metadata={"ge": 0})
     """Lower end."""
     high: float = 1.0
     """Upper end."""
 
-    def __post_init__(self) -> None:
-        check_fields(self, key_prefix="pair.")
-
     def cross_field_problems(self) -> list[tuple[str, str]]:
         """low <= high."""
         return [("high", f"must be ≥ low ({self.low})")] if self.high < self.low else []
-
-
-def test_check_fields_checks_and_normalises_a_directly_built_dataclass() -> None:
-    assert Pair(high=3).high == 3.0 and isinstance(Pair(high=3).high, float)
-    assert Pair(high=3) == Pair(high=3.0)
-    with pytest.raises(ConfigError, match=r"pair\.low: must be ≥ 0, got -1"):
-        Pair(low=-1)
-    with pytest.raises(ConfigError, match=r"pair\.high: must be ≥ low \(5\)"):
-        Pair(low=5, high=2)
 
 
 def test_a_self_checking_dataclass_reports_its_rules_under_the_callers_prefix() -> None:

@@ -321,4 +321,6 @@ def test_a_loss_of_means_over_different_units_is_split_term_by_term(tmp_path):
 
 def test_per_unit_weights_without_the_terms_are_an_error(tmp_path):
     with pytest.raises(ValueError, match="must return them as"):
-        _fit(tmp_path, MaskedRegressor(with_terms=False), fault=OOMFaultInjection(2))
+        _fit(
+            tmp_path, MaskedRegressor(with_terms=False), fault=OOMFaultInjection(oom_train_above=2)
+        )

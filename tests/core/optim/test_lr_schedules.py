@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from vramkit.core.config.schema import ConfigError, check_settings
+from vramkit.core.config.schema import ConfigError
 from vramkit.core.optim.lr_schedules import WarmupDecaySchedule
 
 
@@ -47,13 +47,9 @@ def test_cosine_follows_the_half_cosine():
 
 def test_a_misspelt_key_or_decay_is_refused_with_the_closest_valid_one():
     with pytest.raises(ConfigError, match="warmup_fraction") as refused:
-        check_settings(
-            {"warmup_fracton": 0.05}, WarmupDecaySchedule, key_prefix="model.lr_schedule."
-        )
+        WarmupDecaySchedule.from_config({"warmup_fracton": 0.05}, key_prefix="model.lr_schedule.")
     assert "model.lr_schedule.warmup_fracton" in str(refused.value)
     with pytest.raises(ConfigError, match="cosine"):
-        check_settings({"decay": "cosin"}, WarmupDecaySchedule, key_prefix="model.lr_schedule.")
+        WarmupDecaySchedule.from_config({"decay": "cosin"}, key_prefix="model.lr_schedule.")
     with pytest.raises(ConfigError, match="warmup_fraction"):
-        check_settings(
-            {"warmup_fraction": 1.5}, WarmupDecaySchedule, key_prefix="model.lr_schedule."
-        )
+        WarmupDecaySchedule.from_config({"warmup_fraction": 1.5}, key_prefix="model.lr_schedule.")

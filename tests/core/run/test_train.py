@@ -108,7 +108,9 @@ def test_smoke_run_prints_no_chatter_and_logs_documented_metrics(
     submissions = sorted((run_dir / "predictions").glob("res_*.txt"))
     assert len(submissions) == eval_cfg.data.synthetic.num_val
     # the submission files, scored by the standalone evaluator, give the validation metrics
-    synthetic = SyntheticTextConfig.from_mapping(eval_cfg.data.synthetic)
+    synthetic = SyntheticTextConfig.from_config(
+        eval_cfg.data.synthetic, key_prefix="data.synthetic."
+    )
     val_gt = synthetic_dataset_dir(Path(eval_cfg.data.data_root), synthetic) / "val" / "gt"
     assert evaluate_folders(val_gt, run_dir / "predictions")["hmean"] == pytest.approx(
         metrics["val/hmean"]

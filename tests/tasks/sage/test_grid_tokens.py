@@ -93,8 +93,8 @@ def test_context_none_drops_demonstrations():
     example = ArcExample("t/test0", "t", (demo,), _grid(3, 3), _grid(3, 3))
     assert example_inputs(example, EncodingSettings(context="none")).num_demos == 0
     assert example_inputs(example, EncodingSettings(context="demos")).num_demos == 1
-    with pytest.raises(ValueError, match=r"data\.context"):
-        EncodingSettings(context="everything")
+    with pytest.raises(ValueError, match=r"data\.context: 'everything' is not one of demos, none"):
+        EncodingSettings.from_config({"context": "everything"}, key_prefix="data.")
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ def test_the_published_config_holds_the_published_weights_and_momentum(compose_c
     cfg = compose_config("task=text_classification", "+hw=cpu", "+model/coherence=published")
     settings = CoherenceSettings(**OmegaConf.to_container(cfg.model.coherence))
     assert settings.weights() == PUBLISHED and settings.centroid_momentum == 0.97
-    assert dataclasses.asdict(settings) == dataclasses.asdict(CoherenceSettings())
+    assert settings == CoherenceSettings()
     assert compose_config("task=text_classification", "+hw=cpu").model.coherence is None
 
 

@@ -174,7 +174,7 @@ def test_datamodule_cache_settings(toy_copy: Path, tmp_path: Path) -> None:
             r"data\.val_cache\.max_gi: unknown key; did you mean data\.val_cache\.max_gib\?",
         ),
         ({"enabled": "yes", "dir": "x"}, r"data\.val_cache\.enabled: expected bool, got 'yes'"),
-        ({"enabled": True, "dir": ""}, r"data\.val_cache\.dir: expected path or null, got ''"),
+        ({"enabled": True, "dir": ""}, r"data\.val_cache\.dir: expected a non-empty path, got ''"),
         ({"enabled": True}, r"data\.val_cache\.dir: missing: an enabled cache needs a folder"),
         ({"dir": "x", "max_gib": 0}, r"data\.val_cache\.max_gib: must be a positive number"),
         ({"enabled": True, "dir": "x", "max_gib": 1}, None),

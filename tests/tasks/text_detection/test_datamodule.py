@@ -123,7 +123,7 @@ def test_hydra_containers_are_accepted(tmp_path: Path) -> None:
         {"synthetic": {**TINY_SYNTHETIC, "font_size": [14, 30]}, "augment": {"scale": [0.7, 1.5]}}
     )
     module = _module(tmp_path, synthetic=config.synthetic, augment=config.augment)
-    assert module.synthetic.font_size == (14, 30)
+    assert module.settings.synthetic.font_size == (14, 30)
     assert module.train_transform.pipeline.transforms[0].scale == (0.7, 1.5)
 
 
@@ -166,7 +166,7 @@ def test_every_bad_setting_is_reported_at_once_naming_the_config(
     lines = str(caught.value).splitlines()
     # Built outside a Hydra run, the config has no file to name.
     assert lines[0] == "invalid data settings (the data config):"
-    assert caught.value.keys == ("synthetic.num_val", "batch_size", "pin_memory")
+    assert caught.value.keys == ("batch_size", "pin_memory", "synthetic.num_val")
 
 
 def test_a_missing_folder_is_named(tmp_path: Path, toy_icdar_dir: Path) -> None:

@@ -177,14 +177,16 @@ def test_parallel_generation_writes_the_same_bytes(tmp_path: Path) -> None:
 
 def test_config_errors_name_the_key() -> None:
     with pytest.raises(ValueError, match=r"data\.synthetic\.num_train: must be ≥ 1, got 0"):
-        SyntheticTextConfig.from_mapping({"num_train": 0}, key_prefix="data.synthetic")
+        SyntheticTextConfig.from_config({"num_train": 0}, key_prefix="data.synthetic.")
     with pytest.raises(ValueError, match=r"data\.synthetic\.font_sise: unknown key"):
-        SyntheticTextConfig.from_mapping({"font_sise": [14, 20]}, key_prefix="data.synthetic")
+        SyntheticTextConfig.from_config({"font_sise": [14, 20]}, key_prefix="data.synthetic.")
     with pytest.raises(ValueError, match=r"font_size: expected \[low, high\] with low <= high"):
-        SyntheticTextConfig(font_size=(30, 20))
+        SyntheticTextConfig.from_config({"font_size": [30, 20]}, key_prefix="data.synthetic.")
     with pytest.raises(ValueError, match=r"font_size: every value must be ≥ 6, got \[4, 20\]"):
-        SyntheticTextConfig(font_size=(4, 20))
-    assert SyntheticTextConfig.from_mapping({"font_size": [14, 20]}).font_size == (14, 20)
+        SyntheticTextConfig.from_config({"font_size": [4, 20]}, key_prefix="data.synthetic.")
+    assert SyntheticTextConfig.from_config(
+        {"font_size": [14, 20]}, key_prefix="data.synthetic."
+    ).font_size == (14, 20)
     as_int, as_float = SyntheticTextConfig(perspective=0), SyntheticTextConfig(perspective=0.0)
     assert as_int.params_hash() == as_float.params_hash()
 

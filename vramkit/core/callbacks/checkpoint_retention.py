@@ -24,14 +24,15 @@ import json
 import logging
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from pydantic import Field
 
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import ConfigPath, Settings
 from vramkit.core.config.source import source_of
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO, atomic_write_bytes, is_partial_write
 from vramkit.core.io.disk_space import free_bytes
@@ -46,20 +47,20 @@ PERIODIC_PREFIX = "periodic_epoch_"
 _PERIODIC_NAME = re.compile(rf"^{PERIODIC_PREFIX}(\d+)\.ckpt$")
 
 
-@dataclass(frozen=True)
-class CheckpointRetentionSettings:
+class CheckpointRetentionSettings(Settings):
     """The keys of ``callbacks.checkpoint_retention`` (conf/callbacks/checkpoint_retention.yaml)."""
 
-    every_n_epochs: int = field(default=2, metadata={"ge": 1})
+    every_n_epochs: int = Field(2, ge=1)
     """Save ``periodic_epoch_<epoch>.ckpt`` after every n-th training epoch."""
-    keep_last: int = field(default=3, metadata={"ge": 1})
-    """Periodic checkpoints kept (the newest)."""
-    budget_gib: float | None = field(default=5.0, metadata={"ge": 0})
+    keep_last: int = Field(3, ge=1)
+    """Periodic checkpoints kept: the newest by write time, so a run resumed from an earlier
+    epoch keeps its own new files, not the abandoned future ones."""
+    budget_gib: float | None = Field(5.0, ge=0)
     """Size limit of the checkpoint folder (GiB); null for none."""
-    dirpath: Path | None = None
+    dirpath: ConfigPath | None = None
     """The folder it manages; null: the first ModelCheckpoint's dirpath, else
     ``<default_root_dir>/checkpoints``."""
-    report_path: Path | None = None
+    report_path: ConfigPath | None = None
     """Where the JSON storage report is written at the end of the run; null: only logged."""
 
 
@@ -75,42 +76,18 @@ class PrunedFile:
 class CheckpointRetention(L.Callback):
     """Saves a checkpoint every ``every_n_epochs`` epochs and keeps the checkpoint folder bounded.
 
-    Args:
-        every_n_epochs: save ``periodic_epoch_<epoch>.ckpt`` after every n-th training epoch.
-        keep_last: how many of the newest periodic checkpoints are kept (by write time, so a run
-            resumed from an earlier epoch keeps its own new files, not the abandoned future ones).
-        budget_gib: size limit of the checkpoint folder in GiB; null for no limit.
-        dirpath: the checkpoint folder; null uses the first ``ModelCheckpoint``'s ``dirpath``,
-            else ``<default_root_dir>/checkpoints``.
-        report_path: where the JSON storage report is written at the end of the run; null to
-            only log it.
+    Its keys are the fields of `CheckpointRetentionSettings`, given as keyword arguments and
+    kept validated in ``self.settings`` (see `vramkit.core.config.settings`).
     """
 
-    def __init__(
-        self,
-        every_n_epochs: int = 2,
-        keep_last: int = 3,
-        budget_gib: float | None = 5.0,
-        dirpath: str | os.PathLike[str] | None = None,
-        report_path: str | os.PathLike[str] | None = None,
-    ) -> None:
-        settings = check_settings(
-            {
-                "every_n_epochs": every_n_epochs,
-                "keep_last": keep_last,
-                "budget_gib": budget_gib,
-                "dirpath": dirpath,
-                "report_path": report_path,
-            },
-            CheckpointRetentionSettings,
+    settings_class = CheckpointRetentionSettings
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = CheckpointRetentionSettings.from_config(
+            settings,
             key_prefix="callbacks.checkpoint_retention.",
             source=source_of("callbacks", node="checkpoint_retention"),
         )
-        self.every_n_epochs = settings.every_n_epochs
-        self.keep_last = settings.keep_last
-        self.budget_gib = settings.budget_gib
-        self.dirpath = settings.dirpath
-        self.report_path = settings.report_path
         self.pruned: list[PrunedFile] = []
         self.removed_partial_writes: list[str] = []
         self._folder: Path | None = None
@@ -158,7 +135,7 @@ class CheckpointRetention(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.fast_dev_run:  # a wiring check writes no checkpoints, like ModelCheckpoint
             return
-        if (trainer.current_epoch + 1) % self.every_n_epochs != 0:
+        if (trainer.current_epoch + 1) % self.settings.every_n_epochs != 0:
             return
         path = self.folder / f"{PERIODIC_PREFIX}{trainer.current_epoch:03d}.ckpt"
         # a full checkpoint; left unset, Lightning logs a line saying it chose that
@@ -175,8 +152,8 @@ class CheckpointRetention(L.Callback):
             self._report(trainer)
 
     def _resolve_folder(self, trainer: L.Trainer) -> Path:
-        if self.dirpath is not None:
-            return self.dirpath
+        if self.settings.dirpath is not None:
+            return self.settings.dirpath
         for callback in _model_checkpoints(trainer):
             if callback.dirpath is not None:
                 return Path(callback.dirpath)
@@ -200,14 +177,14 @@ class CheckpointRetention(L.Callback):
     def _prune_by_count(self, trainer: L.Trainer) -> None:
         roles = _roles(trainer, self.folder)
         periodic = [p for p in _oldest_first(self.folder) if roles.get(p.name) == "periodic"]
-        reason = f"older than the newest {self.keep_last} periodic checkpoints"
-        for path in periodic[: max(0, len(periodic) - self.keep_last)]:
+        reason = f"older than the newest {self.settings.keep_last} periodic checkpoints"
+        for path in periodic[: max(0, len(periodic) - self.settings.keep_last)]:
             self._delete(path, reason)
 
     def _prune_by_budget(self, trainer: L.Trainer) -> None:
-        if self.budget_gib is None:
+        if self.settings.budget_gib is None:
             return
-        budget_bytes = self.budget_gib * GIB
+        budget_bytes = self.settings.budget_gib * GIB
         total = _folder_bytes(self.folder)
         if total <= budget_bytes:
             return
@@ -215,7 +192,7 @@ class CheckpointRetention(L.Callback):
         by_age = _oldest_first(self.folder)
         candidates = [p for p in by_age if roles.get(p.name) == "periodic"]
         candidates += [p for p in by_age if roles.get(p.name) in ("top-k", "other")]
-        reason = f"checkpoint folder over its {self.budget_gib:g} GiB budget"
+        reason = f"checkpoint folder over its {self.settings.budget_gib:g} GiB budget"
         for path in candidates:
             if total <= budget_bytes:
                 break
@@ -227,7 +204,7 @@ class CheckpointRetention(L.Callback):
                 "left is protected (best, last or resumed-from): raise budget_gib",
                 self.folder,
                 total / GIB,
-                self.budget_gib,
+                self.settings.budget_gib,
             )
 
     def make_room(self, folder: Path, needed_bytes: int) -> None:
@@ -267,13 +244,14 @@ class CheckpointRetention(L.Callback):
                     role = roles.get(path.name, "other")
                     files.append({"name": path.name, "bytes": path.lstat().st_size, "role": role})
         total = _folder_bytes(self.folder) if self.folder.is_dir() else 0
+        budget_gib = self.settings.budget_gib
         return {
             "folder": str(self.folder),
             "total_bytes": total,
-            "budget_gib": self.budget_gib,
-            "over_budget": self.budget_gib is not None and total > self.budget_gib * GIB,
-            "every_n_epochs": self.every_n_epochs,
-            "keep_last": self.keep_last,
+            "budget_gib": budget_gib,
+            "over_budget": budget_gib is not None and total > budget_gib * GIB,
+            "every_n_epochs": self.settings.every_n_epochs,
+            "keep_last": self.settings.keep_last,
             "files": files,
             "pruned": [asdict(entry) for entry in self.pruned],
             "removed_partial_writes": list(self.removed_partial_writes),
@@ -285,8 +263,8 @@ class CheckpointRetention(L.Callback):
             return
         report = self.storage_report(trainer)
         log.info("Checkpoint storage\n%s", _render(report))
-        if self.report_path is not None:
-            atomic_write_bytes(self.report_path, json.dumps(report, indent=2).encode())
+        if self.settings.report_path is not None:
+            atomic_write_bytes(self.settings.report_path, json.dumps(report, indent=2).encode())
 
 
 def _model_checkpoints(trainer: L.Trainer) -> list[ModelCheckpoint]:

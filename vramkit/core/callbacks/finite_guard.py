@@ -35,33 +35,30 @@ import functools
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from pydantic import Field
 
-from vramkit.core.config.schema import ConfigError, check_settings
+from vramkit.core.config.schema import ConfigError
+from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import source_of
 
 log = logging.getLogger(__name__)
 
-ON_NON_FINITE = ("stop", "skip_step", "rollback")
-"""What a non-finite loss or gradient does (``callbacks.finite_guard.on_non_finite``)."""
 
-
-@dataclass(frozen=True)
-class FiniteGuardSettings:
+class FiniteGuardSettings(Settings):
     """The keys of ``callbacks.finite_guard`` (conf/callbacks/finite_guard.yaml)."""
 
     on_non_finite: Literal["stop", "skip_step", "rollback"] = "stop"
     """What a non-finite loss or gradient does: stop the run, skip the optimizer step, or roll
     back to the last finite checkpoint with half the learning rate."""
-    max_non_finite_in_a_row: int = field(default=3, metadata={"ge": 1})
+    max_non_finite_in_a_row: int = Field(3, ge=1)
     """skip_step, rollback: non-finite steps in a row that are tolerated; one more stops."""
-    min_loss_scale: float = field(default=1.0, metadata={"gt": 0})
+    min_loss_scale: float = Field(1.0, gt=0)
     """16-mixed: a GradScaler scale below this counts as non-finite gradients (each skipped
     step halves it; from its start of 65536 that is 17 skips without a finite step)."""
 
@@ -77,31 +74,18 @@ class FiniteGuard(L.Callback):
     """Checks losses, gradients, monitored metrics and checkpointed weights for NaN and inf
     (module docstring).
 
-    Args:
-        on_non_finite: ``stop``, ``skip_step`` or ``rollback``.
-        max_non_finite_in_a_row: non-finite steps in a row tolerated by skip_step / rollback.
-        min_loss_scale: under a GradScaler, the scale below which gradients count as non-finite.
+    Its keys are the fields of `FiniteGuardSettings`, given as keyword arguments
+    and kept validated in ``self.settings`` (see `vramkit.core.config.settings`).
     """
 
-    def __init__(
-        self,
-        on_non_finite: str = "stop",
-        max_non_finite_in_a_row: int = 3,
-        min_loss_scale: float = 1.0,
-    ) -> None:
-        settings = check_settings(
-            {
-                "on_non_finite": on_non_finite,
-                "max_non_finite_in_a_row": max_non_finite_in_a_row,
-                "min_loss_scale": min_loss_scale,
-            },
-            FiniteGuardSettings,
+    settings_class = FiniteGuardSettings
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = FiniteGuardSettings.from_config(
+            settings,
             key_prefix="callbacks.finite_guard.",
             source=source_of("callbacks", node="finite_guard"),
         )
-        self.on_non_finite = settings.on_non_finite
-        self.max_in_a_row = settings.max_non_finite_in_a_row
-        self.min_loss_scale = settings.min_loss_scale
         self.non_finite_in_a_row = 0
         self.skipped_steps = 0  # optimizer steps skipped by skip_step or rollback
         self.rollbacks = 0
@@ -144,7 +128,7 @@ class FiniteGuard(L.Callback):
         ]
         if all_finite(grads):
             return
-        if self.on_non_finite == "stop":
+        if self.settings.on_non_finite == "stop":
             self._stop(trainer, "gradients", step=trainer.global_step + 1)
         self._bad_gradients = True
         optimizer.zero_grad(set_to_none=True)  # parameters without gradients are not stepped
@@ -162,7 +146,7 @@ class FiniteGuard(L.Callback):
         if isinstance(loss, torch.Tensor) and not _finite_loss(loss):
             bad.append(f"loss ({loss.detach().float().mean().item():g})")
         if self._bad_gradients or (
-            self._scaler is not None and self._scaler.get_scale() < self.min_loss_scale
+            self._scaler is not None and self._scaler.get_scale() < self.settings.min_loss_scale
         ):
             bad.append("gradients")
         self._bad_gradients = False
@@ -171,9 +155,12 @@ class FiniteGuard(L.Callback):
             return
         what = " and ".join(bad)
         self.non_finite_in_a_row += 1
-        if self.on_non_finite == "stop" or self.non_finite_in_a_row > self.max_in_a_row:
+        if (
+            self.settings.on_non_finite == "stop"
+            or self.non_finite_in_a_row > self.settings.max_non_finite_in_a_row
+        ):
             self._stop(trainer, what)
-        if self.on_non_finite == "skip_step":
+        if self.settings.on_non_finite == "skip_step":
             self.skipped_steps += 1
             log.warning(
                 "non-finite %s at %s: optimizer step skipped (%d in a row, %d in all; the run "
@@ -182,7 +169,7 @@ class FiniteGuard(L.Callback):
                 _where(trainer),
                 self.non_finite_in_a_row,
                 self.skipped_steps,
-                self.max_in_a_row,
+                self.settings.max_non_finite_in_a_row,
             )
         else:
             self._roll_back(trainer, pl_module, what)
@@ -227,8 +214,8 @@ class FiniteGuard(L.Callback):
             else "no checkpoint was written before it"
         )
         tolerated = (
-            f" after {self.non_finite_in_a_row} in a row ({self.on_non_finite})"
-            if self.on_non_finite != "stop"
+            f" after {self.non_finite_in_a_row} in a row ({self.settings.on_non_finite})"
+            if self.settings.on_non_finite != "stop"
             else ""
         )
         raise TrainingDiverged(
@@ -264,7 +251,7 @@ class FiniteGuard(L.Callback):
             path,
             ", ".join(f"{g['lr']:.3g}" for opt in trainer.optimizers for g in opt.param_groups),
             self.non_finite_in_a_row,
-            self.max_in_a_row,
+            self.settings.max_non_finite_in_a_row,
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -3,29 +3,28 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Timer
+from pydantic import Field
 
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import source_of
 from vramkit.core.optim.lr_schedules import WarmupDecayLR
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class MaxTimeAnnealingSettings:
+class MaxTimeAnnealingSettings(Settings):
     """The keys of ``callbacks.max_time_annealing`` (conf/callbacks/max_time_annealing.yaml)."""
 
-    check_every_n_steps: int = field(default=10, metadata={"ge": 1})
+    check_every_n_steps: int = Field(10, ge=1)
     """Optimizer steps between checks of the pace (one broadcast each in DDP)."""
-    safety_fraction: float = field(default=0.05, metadata={"ge": 0.0, "lt": 1.0})
+    safety_fraction: float = Field(0.05, ge=0.0, lt=1.0)
     """Share of the time left kept for the final validation and checkpoint, in [0, 1)."""
-    min_steps: int = field(default=20, metadata={"ge": 1})
+    min_steps: int = Field(20, ge=1)
     """Optimizer steps this run takes before its pace is trusted."""
 
 
@@ -48,24 +47,19 @@ class MaxTimeAnnealing(L.Callback):
     :class:`~vramkit.core.callbacks.fresh_time_budget.FreshTimeBudget`), or back to the planned
     end when it has no ``max_time``, so it never trains on at the rate of zero an earlier stop
     had annealed to.
+
+    Its keys are the fields of `MaxTimeAnnealingSettings`, given as keyword arguments
+    and kept validated in ``self.settings`` (see `vramkit.core.config.settings`).
     """
 
-    def __init__(
-        self, check_every_n_steps: int = 10, safety_fraction: float = 0.05, min_steps: int = 20
-    ) -> None:
-        settings = check_settings(
-            {
-                "check_every_n_steps": check_every_n_steps,
-                "safety_fraction": safety_fraction,
-                "min_steps": min_steps,
-            },
-            MaxTimeAnnealingSettings,
+    settings_class = MaxTimeAnnealingSettings
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = MaxTimeAnnealingSettings.from_config(
+            settings,
             key_prefix="callbacks.max_time_annealing.",
             source=source_of("callbacks", node="max_time_annealing"),
         )
-        self.check_every_n_steps = settings.check_every_n_steps
-        self.safety_fraction = settings.safety_fraction
-        self.min_steps = settings.min_steps
         self._timer: Timer | None = None
         self._schedulers: list[WarmupDecayLR] = []
         self._start_step = 0
@@ -109,7 +103,7 @@ class MaxTimeAnnealing(L.Callback):
         step = trainer.global_step
         if self._timer is not None and self._pace is not None:
             left = max(0.0, self._timer.time_remaining() or 0.0)
-            end = step + int(left * (1.0 - self.safety_fraction) / self._pace)
+            end = step + int(left * (1.0 - self.settings.safety_fraction) / self._pace)
             reason = f"{timedelta(seconds=int(left))} of max_time at {self._pace:.2f} s/step"
         else:
             end = max(scheduler.planned_steps for scheduler in self._schedulers)
@@ -145,21 +139,23 @@ class MaxTimeAnnealing(L.Callback):
             return
         step = trainer.global_step
         steps_done = step - self._start_step
-        if steps_done < self.min_steps or step == self._last_checked_step:
+        if steps_done < self.settings.min_steps or step == self._last_checked_step:
             return
         self._last_checked_step = step
         if self._reference is None:
             self._reference = (step, self._timer.time_elapsed())
             return
         reference_step, reference_elapsed = self._reference
-        if (step - reference_step) % self.check_every_n_steps:
+        if (step - reference_step) % self.settings.check_every_n_steps:
             return
         pace = (self._timer.time_elapsed() - reference_elapsed) / (step - reference_step)
         self._pace = pace
         left = max(0.0, self._timer.time_remaining() or 0.0)
         # Every process must decay alike, or DDP replicas would drift apart.
         end = int(
-            trainer.strategy.broadcast(step + int(left * (1.0 - self.safety_fraction) / pace))
+            trainer.strategy.broadcast(
+                step + int(left * (1.0 - self.settings.safety_fraction) / pace)
+            )
         )
         before = self._schedulers[0].total_steps
         if any([scheduler.end_at(end) for scheduler in self._schedulers]):

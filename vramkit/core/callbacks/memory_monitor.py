@@ -7,17 +7,18 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
+from pydantic import Field
 from torch.utils.data import DataLoader
 
 from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.callbacks.working_set import callbacks_of_type
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import source_of
 from vramkit.core.hardware.memory_stats import (
     HostRoom,
@@ -37,16 +38,15 @@ EXIT_HOST_MEMORY = 4
 """Exit status of a run the host-memory guard stopped (2: refused, 3: diverged)."""
 
 
-@dataclass(frozen=True)
-class MemoryMonitorSettings:
+class MemoryMonitorSettings(Settings):
     """The keys of ``callbacks.memory_monitor`` (conf/callbacks/memory_monitor.yaml)."""
 
     summary: bool = True
     """Print the table of peaks per phase at the end of fit/validate/test (global rank 0)."""
-    host_guard_fraction: float | None = field(default=0.9, metadata={"gt": 0, "le": 1})
+    host_guard_fraction: float | None = Field(0.9, gt=0, le=1)
     """Stop training, with last.ckpt written, once the run holds more than this share of the
     host memory it had at its start; null: no guard."""
-    host_guard_interval_s: float = field(default=0.5, metadata={"ge": 0})
+    host_guard_interval_s: float = Field(0.5, ge=0)
     """Seconds between two readings of the host's memory (at the first step boundary after)."""
 
 
@@ -115,27 +115,19 @@ class MemoryMonitor(L.Callback):
     of what it had at the start, it writes the last checkpoint (``callbacks.last_checkpoint``)
     and ends the run with :class:`HostMemoryExceeded` (exit status 4) and one message, before
     the kernel's OOM killer would end it without one (exit 137).
+
+    Its keys are the fields of `MemoryMonitorSettings`, given as keyword arguments
+    and kept validated in ``self.settings`` (see `vramkit.core.config.settings`).
     """
 
-    def __init__(
-        self,
-        summary: bool = True,
-        host_guard_fraction: float | None = 0.9,
-        host_guard_interval_s: float = 0.5,
-    ) -> None:
-        settings = check_settings(
-            {
-                "summary": summary,
-                "host_guard_fraction": host_guard_fraction,
-                "host_guard_interval_s": host_guard_interval_s,
-            },
-            MemoryMonitorSettings,
+    settings_class = MemoryMonitorSettings
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = MemoryMonitorSettings.from_config(
+            settings,
             key_prefix="callbacks.memory_monitor.",
             source=source_of("callbacks", node="memory_monitor"),
         )
-        self.summary = settings.summary
-        self.host_guard_fraction = settings.host_guard_fraction
-        self.host_guard_interval_s = settings.host_guard_interval_s
         self.gauge: HostGauge | None = None  # set at the start of fit when the guard is on
         self._read_at = -math.inf  # time.monotonic() of the guard's last reading
         self.records = {phase: _PhaseRecord() for phase in PHASES}
@@ -149,7 +141,7 @@ class MemoryMonitor(L.Callback):
         self._device = pl_module.device
         if self._device.type != "cuda" and read_host_memory() is None:
             log.info("MemoryMonitor: no /proc/self/status on this system; host memory not logged")
-        if stage != "fit" or self.host_guard_fraction is None or self.gauge is not None:
+        if stage != "fit" or self.settings.host_guard_fraction is None or self.gauge is not None:
             return
         if trainer.world_size > 1:
             # every rank would have to take the same decision at the same step (a collective
@@ -160,7 +152,7 @@ class MemoryMonitor(L.Callback):
             if start is None:
                 log.info("MemoryMonitor: no /proc/meminfo on this system; no host-memory guard")
             else:
-                self.gauge = HostGauge(start, self.host_guard_fraction)
+                self.gauge = HostGauge(start, self.settings.host_guard_fraction)
 
     # The host-memory guard: at step boundaries, at most every `host_guard_interval_s`.
     def on_train_batch_end(
@@ -174,7 +166,7 @@ class MemoryMonitor(L.Callback):
         if self.gauge is None:
             return
         now = time.monotonic()
-        if now - self._read_at < self.host_guard_interval_s:
+        if now - self._read_at < self.settings.host_guard_interval_s:
             return
         self._read_at = now
         used = self.gauge.used()
@@ -244,7 +236,11 @@ class MemoryMonitor(L.Callback):
         self._log(trainer, pl_module, "test")
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self.summary and trainer.is_global_zero and any(r.epochs for r in self.records.values()):
+        if (
+            self.settings.summary
+            and trainer.is_global_zero
+            and any(r.epochs for r in self.records.values())
+        ):
             print(self.table())
 
     def table(self) -> str:

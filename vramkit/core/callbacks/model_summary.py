@@ -3,27 +3,26 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import RichModelSummary
 from lightning.pytorch.utilities.model_summary import summarize
+from pydantic import Field
 from torch._dynamo.eval_frame import OptimizedModule
 from torch.utils.flop_counter import FlopCounterMode
 
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import source_of
 from vramkit.core.data.batches import batch_size_of
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RunModelSummarySettings:
+class RunModelSummarySettings(Settings):
     """The keys of ``callbacks.model_summary`` (conf/callbacks/model_summary.yaml)."""
 
-    max_depth: int = field(default=1, metadata={"ge": 0})
+    max_depth: int = Field(1, ge=0)
     """Levels of nested modules listed; 0 prints no summary."""
 
 
@@ -39,16 +38,20 @@ class RunModelSummary(RichModelSummary):
     stream stay as they are). A module with an ``example_input_array`` gets Lightning's summary
     at the start of the fit, as before. A compiled model is summarised without FLOPs: counting
     makes it fall back to eager (pytorch/pytorch#140909).
+
+    Its keys are the fields of `RunModelSummarySettings`, given as keyword arguments
+    and kept validated in ``self.settings`` (see `vramkit.core.config.settings`).
     """
 
-    def __init__(self, max_depth: int = 1) -> None:
-        settings = check_settings(
-            {"max_depth": max_depth},
-            RunModelSummarySettings,
+    settings_class = RunModelSummarySettings
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = RunModelSummarySettings.from_config(
+            settings,
             key_prefix="callbacks.model_summary.",
             source=source_of("callbacks", node="model_summary"),
         )
-        super().__init__(max_depth=settings.max_depth)
+        super().__init__(max_depth=self.settings.max_depth)
         self._waiting = False  # the summary waits for the first training step
         self._counter: FlopCounterMode | None = None
         self._batch_size: int | None = None

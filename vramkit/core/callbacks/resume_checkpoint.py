@@ -6,13 +6,13 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
+from pydantic import Field
 
 from vramkit.core.callbacks.pending_validation import replay_validation, validation_pending
 from vramkit.core.callbacks.stop_signals import (
@@ -22,23 +22,22 @@ from vramkit.core.callbacks.stop_signals import (
     parse_signals,
     submitit_preempt_signal,
 )
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import source_of
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ResumeCheckpointSettings:
+class ResumeCheckpointSettings(Settings):
     """The keys of ``callbacks.last_checkpoint`` (conf/callbacks/last_checkpoint.yaml)."""
 
     dirpath: str | None = None
     """The run's checkpoint folder."""
     filename: str = "last"
     """File name without ``.ckpt``."""
-    every_n_train_steps: int | None = field(default=50, metadata={"ge": 1})
+    every_n_train_steps: int | None = Field(50, ge=1)
     """Optimizer steps between writes inside an epoch; null: only at epoch ends and stops."""
-    min_interval_s: float = field(default=60.0, metadata={"ge": 0})
+    min_interval_s: float = Field(60.0, ge=0)
     """Seconds that must also have passed since the last write (or the start of training)
     for a step write: a fast loop trains instead of writing a checkpoint every fraction of a
     second; 0: every ``every_n_train_steps`` steps."""
@@ -84,25 +83,16 @@ class ResumeCheckpoint(ModelCheckpoint):
     random generators (:class:`~vramkit.core.callbacks.random_state.RandomState`) travel in it.
     Signals are taken over only in a single-process run; under DDP Lightning's own SIGTERM
     handling stays.
+
+    Its keys are the fields of `ResumeCheckpointSettings`, given as keyword arguments
+    and kept validated in ``self.settings`` (see `vramkit.core.config.settings`).
     """
 
-    def __init__(
-        self,
-        dirpath: str | None = None,
-        filename: str = "last",
-        every_n_train_steps: int | None = 50,
-        min_interval_s: float = 60.0,
-        stop_signals: tuple[str, ...] | list[str] = STOP_SIGNALS,
-    ) -> None:
-        settings = check_settings(
-            {
-                "dirpath": dirpath,
-                "filename": filename,
-                "every_n_train_steps": every_n_train_steps,
-                "min_interval_s": min_interval_s,
-                "stop_signals": stop_signals,
-            },
-            ResumeCheckpointSettings,
+    settings_class = ResumeCheckpointSettings
+
+    def __init__(self, **settings: Any) -> None:
+        settings = ResumeCheckpointSettings.from_config(
+            settings,
             key_prefix="callbacks.last_checkpoint.",
             source=source_of("callbacks", node="last_checkpoint"),
         )
@@ -118,8 +108,7 @@ class ResumeCheckpoint(ModelCheckpoint):
             enable_version_counter=False,
             save_on_train_epoch_end=True,
         )
-        self.every_n_steps = settings.every_n_train_steps
-        self.min_interval_s = settings.min_interval_s
+        self.settings = settings
         self._written_at = -math.inf  # time.monotonic() of the last write or the start
         preempt = submitit_preempt_signal(os.environ)
         self.stop_signals = StopSignals(signals, hand_over=(preempt,) if preempt else ())
@@ -167,11 +156,11 @@ class ResumeCheckpoint(ModelCheckpoint):
                 self._stopped_in_epoch = trainer.current_epoch
             return
         if (
-            self.every_n_steps
-            and time.monotonic() - self._written_at >= self.min_interval_s
-            and trainer.global_step % self.every_n_steps == 0
+            self.settings.every_n_train_steps
+            and time.monotonic() - self._written_at >= self.settings.min_interval_s
+            and trainer.global_step % self.settings.every_n_train_steps == 0
         ):
-            self._write(trainer, f"every {self.every_n_steps} steps")
+            self._write(trainer, f"every {self.settings.every_n_train_steps} steps")
 
     # A signal during validation stops at the pass's next batch boundary: the checkpoint then
     # replays the whole pass (on_save_checkpoint). One that comes after the pass's last batch

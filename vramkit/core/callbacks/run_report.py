@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import lightning as L
 import torch
 from lightning.pytorch.loggers import WandbLogger
+from pydantic import Field
 
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import ConfigPath, Settings
 from vramkit.core.config.source import source_of
 from vramkit.core.report.build import REPORT_DIR, build_report
 from vramkit.core.report.task_figures import DrawsReportFigures, save_task_figure
@@ -19,15 +19,14 @@ from vramkit.core.report.task_figures import DrawsReportFigures, save_task_figur
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RunReportSettings:
+class RunReportSettings(Settings):
     """The keys of ``callbacks.run_report`` (conf/callbacks/run_report.yaml)."""
 
-    dirpath: Path
+    dirpath: ConfigPath
     """The run folder: report.html goes into it, the PNGs into its report/ subfolder."""
     task_figures: bool = True
     """Ask the LightningModule for its pictures (``report_figures``) at the end of the fit."""
-    samples: int = field(default=3, metadata={"ge": 1, "le": 32})
+    samples: int = Field(3, ge=1, le=32)
     """Validation samples of each kind a task picture shows (best, worst, random, ...)."""
     wandb_media: bool = True
     """Send the task pictures (and the planned/measured memory chart) to WandB as images."""
@@ -47,31 +46,19 @@ class RunReport(L.Callback):
     of what it logged, without task pictures: the model may be in no state to predict. Only
     global rank 0 writes. A report that cannot be built is a warning, never a failed run.
     ``python -m vramkit.report RUN_DIR`` rebuilds the same page from the folder.
+
+    Its keys are the fields of `RunReportSettings`, given as keyword arguments
+    and kept validated in ``self.settings`` (see `vramkit.core.config.settings`).
     """
 
-    def __init__(
-        self,
-        dirpath: str | Path,
-        task_figures: bool = True,
-        samples: int = 3,
-        wandb_media: bool = True,
-        summary_metric: str | None = None,
-        summary_mode: str = "max",
-    ) -> None:
-        settings = check_settings(
-            {
-                "dirpath": dirpath,
-                "task_figures": task_figures,
-                "samples": samples,
-                "wandb_media": wandb_media,
-                "summary_metric": summary_metric,
-                "summary_mode": summary_mode,
-            },
-            RunReportSettings,
+    settings_class = RunReportSettings
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = RunReportSettings.from_config(
+            settings,
             key_prefix="callbacks.run_report.",
             source=source_of("callbacks", node="run_report"),
         )
-        self.settings = settings
         self.report_path: Path | None = None  # set once a report was written (for tests, logs)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -35,7 +35,8 @@ def instantiate(node: DictConfig, **kwargs: Any) -> Any:
 def instantiate_group(group: DictConfig | None) -> list[Any]:
     """Build every entry of a group such as ``callbacks`` or ``logger`` (name → node), in order.
 
-    An entry set to null (``callbacks.learning_rate_monitor=null``) is left out.
+    An entry set to null (``callbacks.learning_rate_monitor=null``) is left out; a settings
+    check failing in a constructor is raised as itself, as in `instantiate`.
     """
     objects = []
     for name, node in (group or {}).items():
@@ -44,5 +45,5 @@ def instantiate_group(group: DictConfig | None) -> list[Any]:
         if not isinstance(node, DictConfig) or "_target_" not in node:
             raise ValueError(f"{name}: a group entry needs a _target_, got {node!r}")
         log.debug("instantiating %s <%s>", name, node._target_)
-        objects.append(hydra.utils.instantiate(upgrade_targets(node)))
+        objects.append(instantiate(node))
     return objects

@@ -29,7 +29,10 @@ Metadata understood (`LIMITS`): ``ge``, ``gt``, ``le``, ``lt`` and ``multiple_of
 
 Rules that involve several fields go in a method ``cross_field_problems(self)`` of the dataclass,
 returning ``(field, problem)`` pairs; they run once every field has the right type and limits.
-A dataclass that code also builds directly can call `check_fields` in ``__post_init__``.
+
+The components' settings are pydantic models (`vramkit.core.config.settings`), which reuse the
+wording below; this validator remains for the hardware profile and the trainer keys until they
+move to pydantic too.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import Annotated, Any, Literal, TypeVar, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -90,7 +93,7 @@ def check_settings(
     required keys, wrong types, values outside the field's limits and the schema's cross-field
     rules are all reported in one `ConfigError`. Interpolations of a DictConfig are resolved.
     """
-    heading = _heading(schema, key_prefix, title)
+    heading = settings_heading(schema, key_prefix, title)
     plain = values
     if isinstance(values, DictConfig):
         try:
@@ -106,43 +109,15 @@ def check_settings(
         )
     settings, problems = _check_mapping(plain, schema, "", key_prefix)
     if problems:
-        raise _error(problems, heading, key_prefix, source)
+        raise settings_error(problems, heading, key_prefix, source)
     return settings
-
-
-def check_fields(
-    settings: Any,
-    *,
-    key_prefix: str = "",
-    source: ConfigSource | None = None,
-    title: str | None = None,
-) -> None:
-    """Check the fields of a settings dataclass built directly in code (call in __post_init__).
-
-    The same checks as `check_settings`, on the instance's own values; values are stored in the
-    annotated form (an int in a float field becomes a float, a list in a tuple field a tuple),
-    so equal settings compare and hash equal however they were written.
-    """
-    schema = type(settings)
-    hints = _hints(schema)
-    problems: list[Problem] = []
-    for field in _init_fields(schema).values():
-        value, found = _check_value(
-            field.name, getattr(settings, field.name), hints[field.name], field.metadata, key_prefix
-        )
-        problems += found
-        if not found:
-            # Frozen dataclasses take their normalised values the way __post_init__ may.
-            object.__setattr__(settings, field.name, value)
-    if not problems:
-        problems = _cross_field_problems(settings)
-    if problems:
-        raise _error(problems, _heading(schema, key_prefix, title), key_prefix, source)
 
 
 def describe_type(annotation: Any) -> str:
     """The annotation as a config user reads it: 'int or "auto"', 'float or null', 'bool'."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:  # a pydantic field's constrained type
+        return describe_type(args[0])
     if annotation is _NONE or annotation is None:
         return "null"
     if annotation is Any:
@@ -214,7 +189,7 @@ def _check_mapping(
     try:
         settings = schema(**checked)
     except ConfigError as error:
-        # A schema that checks itself in __post_init__ (see check_fields) reports its own keys.
+        # A schema that checks itself in __post_init__ reports its own keys.
         return None, [(f"{nested}{key}", problem) for key, problem in error.problems]
     rule_problems = _cross_field_problems(settings)
     return settings, [(f"{nested}{key}", problem) for key, problem in rule_problems]
@@ -231,8 +206,8 @@ def _check_value(
         converted = _conform(value, annotation)
     except _NotAChoice as refused:
         if refused.among_types:
-            return value, [(key, f"must be {_allowed(annotation, limits)}, got {value!r}")]
-        return value, [(key, _choice_problem(value, refused.choices))]
+            return value, [(key, f"must be {allowed_values(annotation, limits)}, got {value!r}")]
+        return value, [(key, choice_problem(value, refused.choices))]
     except _WrongType:
         got = f"got {value!r} ({type(value).__name__})"
         return value, [(key, f"expected {describe_type(annotation)}, {got}")]
@@ -321,13 +296,13 @@ def _limit_problem(
 ) -> str | None:
     """What is wrong with the conformed `value` (as the user `given` it), or None."""
     if "choices" in limits and value is not None and value not in limits["choices"]:
-        return _choice_problem(given, tuple(limits["choices"]))
+        return choice_problem(given, tuple(limits["choices"]))
     many = isinstance(value, list | tuple)
     numbers = [v for v in (value if many else [value]) if _is_number(v)]
     if not all(_within(number, limits) for number in numbers):
         if many:
-            return f"every value must be {_bounds(annotation, limits)}, got {list(given)}"
-        return f"must be {_allowed(annotation, limits)}, got {given!r}"
+            return f"every value must be {bounds_in_words(annotation, limits)}, got {list(given)}"
+        return f"must be {allowed_values(annotation, limits)}, got {given!r}"
     return None
 
 
@@ -346,9 +321,9 @@ def _within(number: float, limits: Mapping[str, Any]) -> bool:
 # Wording
 
 
-def _allowed(annotation: Any, limits: Mapping[str, Any]) -> str:
+def allowed_values(annotation: Any, limits: Mapping[str, Any]) -> str:
     """What a key may hold, limits included: '≥ 1', 'a positive int or "auto"', '≥ 1 or null'."""
-    bounds = _bounds(annotation, limits)
+    bounds = bounds_in_words(annotation, limits)
     parts: list[str] = []
     for member in _flatten(annotation):
         part = bounds if bounds and member in (int, float) else describe_type(member)
@@ -357,7 +332,7 @@ def _allowed(annotation: Any, limits: Mapping[str, Any]) -> str:
     return " or ".join(parts)
 
 
-def _bounds(annotation: Any, limits: Mapping[str, Any]) -> str:
+def bounds_in_words(annotation: Any, limits: Mapping[str, Any]) -> str:
     """The numeric limits in words: 'a positive int', '≥ 1', 'in (0, 1]', 'a multiple of 32'."""
     low = ("ge", limits["ge"]) if "ge" in limits else ("gt", limits.get("gt"))
     high = ("le", limits["le"]) if "le" in limits else ("lt", limits.get("lt"))
@@ -381,18 +356,18 @@ def _numeric_noun(annotation: Any) -> str:
     return "int" if int in members and float not in members else "number"
 
 
-def _choice_problem(value: Any, choices: tuple[Any, ...]) -> str:
+def choice_problem(value: Any, choices: tuple[Any, ...]) -> str:
     names = [str(choice) for choice in choices]
     hint = closest(str(value), names)
     suggestion = f"; did you mean '{hint}'?" if hint else ""
     return f"{value!r} is not one of {', '.join(names)}{suggestion}"
 
 
-def _heading(schema: type, key_prefix: str, title: str | None) -> str:
+def settings_heading(schema: type, key_prefix: str, title: str | None) -> str:
     return title or f"invalid {key_prefix.rstrip('.') or schema.__name__} settings"
 
 
-def _error(
+def settings_error(
     problems: list[Problem], heading: str, key_prefix: str, source: ConfigSource | None
 ) -> ConfigError:
     lines = [f"{heading} ({source.file}):" if source else f"{heading}:"]

@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from pydantic import Field
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from vramkit.core.config.settings import Settings
 from vramkit.core.data.loader_workers import init_loader_worker
 from vramkit.core.data.resumable_loader import EpochOrder, ResumableDataLoader, ResumableOrder
 from vramkit.core.data.sample_seeds import SeededSamples
 
 
-@dataclass(frozen=True, kw_only=True)
-class LoaderSettings:
+class LoaderSettings(Settings):
     """The ``data.*`` keys of every task's loaders (the hardware profile usually sets them)."""
 
-    batch_size: int = field(default=8, metadata={"gt": 0})
+    batch_size: int = Field(8, gt=0)
     """Training samples per step and device."""
-    val_batch_size: int = field(default=8, metadata={"gt": 0})
+    val_batch_size: int = Field(8, gt=0)
     """Validation samples per step and device."""
-    num_workers: int = field(default=0, metadata={"ge": 0})
+    num_workers: int = Field(0, ge=0)
     """Loader worker processes; 0 loads in the training process."""
     pin_memory: bool = False
     """Page-locked host memory for faster host-to-GPU copies."""

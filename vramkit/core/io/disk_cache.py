@@ -42,13 +42,14 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import ConfigPath, Settings
 from vramkit.core.io.checkpoint_io import is_partial_write, partial_write_path
 
 log = logging.getLogger(__name__)
@@ -134,15 +135,14 @@ class CacheReport:
         return line
 
 
-@dataclass(frozen=True, kw_only=True)
-class ValidationCacheSettings:
+class ValidationCacheSettings(Settings):
     """A validation cache as a config states it (``data.val_cache`` of the text detection data)."""
 
     enabled: bool = True
     """False: no cache; every validation pass recomputes its inputs and targets."""
-    dir: Path | None = None
+    dir: ConfigPath | None = None
     """The cache folder; runs share it (entries are keyed by file content and parameters)."""
-    max_gib: float = field(default=DEFAULT_MAX_GIB, metadata={"gt": 0})
+    max_gib: float = Field(DEFAULT_MAX_GIB, gt=0)
     """Size cap of the folder (GiB); least recently used entries are evicted beyond it."""
 
     def cross_field_problems(self) -> list[tuple[str, str]]:
@@ -158,9 +158,8 @@ class ValidationCacheSettings:
         return ValidationCache.with_max_gib(self.dir, self.max_gib)
 
 
-@dataclass(frozen=True)
-class _CacheCap:
-    max_bytes: int = field(metadata={"gt": 0})
+class _CacheCap(Settings):
+    max_bytes: int = Field(gt=0)
     """Size cap of the cache folder (bytes)."""
 
 
@@ -179,8 +178,8 @@ class ValidationCache:
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, max_bytes: int) -> None:
-        cap = check_settings(
-            {"max_bytes": max_bytes}, _CacheCap, key_prefix="", title="invalid ValidationCache"
+        cap = _CacheCap.from_config(
+            {"max_bytes": max_bytes}, key_prefix="", title="invalid ValidationCache"
         )
         self.directory = Path(directory)
         self.max_bytes = cap.max_bytes
@@ -198,9 +197,8 @@ class ValidationCache:
         cls, directory: str | os.PathLike[str], max_gib: float = DEFAULT_MAX_GIB
     ) -> ValidationCache:
         """A cache capped at ``max_gib`` GiB."""
-        settings = check_settings(
+        settings = ValidationCacheSettings.from_config(
             {"dir": directory, "max_gib": max_gib},
-            ValidationCacheSettings,
             key_prefix="",
             title="invalid ValidationCache",
         )

@@ -4,11 +4,13 @@ run), then poly, cosine or constant."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+from pydantic import Field
 from torch.optim.lr_scheduler import LRScheduler
+
+from vramkit.core.config.settings import Settings
 
 DECAYS = ("poly", "cosine", "constant")
 """Shapes of the learning rate after the warm-up."""
@@ -76,19 +78,18 @@ class WarmupDecayLR(LRScheduler):
         return True
 
 
-@dataclass(frozen=True)
-class WarmupDecaySchedule:
+class WarmupDecaySchedule(Settings):
     """The keys of ``model.lr_schedule``: linear warm-up to the peak rate, then a decay to zero at
     the end of training (per optimizer step)."""
 
-    warmup_steps: int = field(default=50, metadata={"ge": 0})
+    warmup_steps: int = Field(50, ge=0)
     """Optimizer steps of linear warm-up from 0."""
-    warmup_fraction: float | None = field(default=None, metadata={"ge": 0.0, "lt": 1.0})
+    warmup_fraction: float | None = Field(None, ge=0.0, lt=1.0)
     """Warm-up as a fraction of the run's optimizer steps (0.05: 5%); when set it replaces
     ``warmup_steps``."""
     decay: Literal["poly", "cosine", "constant"] = "poly"
     """The shape after the warm-up: poly (DBNet), cosine, or constant."""
-    poly_power: float = field(default=0.9, metadata={"gt": 0.0})
+    poly_power: float = Field(0.9, gt=0.0)
     """Exponent of the poly decay."""
 
     def warmup_for(self, total_steps: int) -> int:

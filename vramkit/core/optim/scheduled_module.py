@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import source_of
 from vramkit.core.optim.lr_schedules import WarmupDecaySchedule
 
@@ -40,9 +39,8 @@ class ScheduledOptimization:
         options; with ``compile``, the submodule named ``network`` is compiled in
         ``configure_model``."""
         self.optimizer_factory = optimizer
-        self.lr_schedule = check_settings(
+        self.lr_schedule = WarmupDecaySchedule.from_config(
             lr_schedule or {},
-            WarmupDecaySchedule,
             key_prefix="model.lr_schedule.",
             source=source_of("model"),
         )

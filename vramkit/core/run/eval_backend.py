@@ -10,29 +10,27 @@ only instantiates that node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from omegaconf import DictConfig
 
 from vramkit.core.config.instantiate import instantiate
-from vramkit.core.config.schema import ConfigError, check_settings
+from vramkit.core.config.schema import ConfigError
+from vramkit.core.config.settings import ConfigPath, Settings
 from vramkit.core.config.source import ConfigSource, command_line_overrides
 
 BACKEND_KEYS = ("backend", "ckpt_path", "onnx_path", "onnx_threads")
 
 
-@dataclass(frozen=True, kw_only=True)
-class EvalBackendSettings:
+class EvalBackendSettings(Settings):
     """The keys of conf/eval.yaml that choose what is evaluated."""
 
     backend: Literal["torch", "onnxruntime"] = "torch"
     """torch: the checkpoint in PyTorch; onnxruntime: the exported model."""
-    ckpt_path: Path | None = None
+    ckpt_path: ConfigPath | None = None
     """The checkpoint (required with backend=torch)."""
-    onnx_path: Path | None = None
+    onnx_path: ConfigPath | None = None
     """The exported model (required with backend=onnxruntime)."""
     onnx_threads: int | None = None
     """onnxruntime intra-op threads; null: one per core."""
@@ -53,9 +51,8 @@ class EvalBackendSettings:
 
 def backend_settings(cfg: DictConfig) -> EvalBackendSettings:
     """The backend keys of ``cfg``, checked (a `ConfigError` names the key and conf/eval.yaml)."""
-    return check_settings(
+    return EvalBackendSettings.from_config(
         {key: cfg.get(key) for key in BACKEND_KEYS if cfg.get(key) is not None},
-        EvalBackendSettings,
         key_prefix="",
         source=ConfigSource("conf/eval.yaml", command_line_overrides()),
         title="invalid evaluation settings",

@@ -16,9 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from dataclasses import dataclass
 
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import ConfigSource, command_line_overrides
 
 HIDDEN_LINE_STARTS: dict[str, tuple[str, ...]] = {
@@ -71,8 +70,7 @@ QUIET_ENVIRONMENT: dict[str, str] = {
 """Environment variables set (unless the user set them) for a quiet run."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class OutputSettings:
+class OutputSettings(Settings):
     """The top-level key that decides how much of other libraries' output a command shows."""
 
     verbose: bool = False
@@ -92,9 +90,8 @@ class _HiddenLines(logging.Filter):
 
 def output_settings(verbose: object, *, config_file: str) -> OutputSettings:
     """``verbose`` checked (a `ConfigError` names the key and ``config_file``)."""
-    return check_settings(
+    return OutputSettings.from_config(
         {} if verbose is None else {"verbose": verbose},
-        OutputSettings,
         key_prefix="",
         source=ConfigSource(config_file, command_line_overrides()),
         title="invalid output settings",

@@ -30,7 +30,6 @@ import copy
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from vramkit.core.config.instantiate import instantiate
-from vramkit.core.config.schema import ConfigError, check_settings
+from vramkit.core.config.schema import ConfigError
+from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import ConfigSource, command_line_overrides
 from vramkit.core.io.checkpoint_io import UnreadableCheckpointError, read_checkpoint
 from vramkit.core.run.refusals import refusals_as_messages
@@ -83,8 +83,7 @@ _SHOWN_KEYS = 8
 """How many differing settings a refusal lists before it says how many more there are."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class ResumeSettings:
+class ResumeSettings(Settings):
     """``resume.*`` of conf/train.yaml: what a resume from ``ckpt_path`` may change."""
 
     allow_changes: bool = False
@@ -145,9 +144,8 @@ def enforce_resume_contract(config: DictConfig) -> list[str]:
 
 def resume_settings(cfg: DictConfig) -> ResumeSettings:
     """``cfg.resume`` checked against `ResumeSettings` (defaults when the config has none)."""
-    return check_settings(
+    return ResumeSettings.from_config(
         cfg.get("resume") or {},
-        ResumeSettings,
         key_prefix="resume.",
         source=ConfigSource("conf/train.yaml", command_line_overrides()),
     )

@@ -6,31 +6,28 @@ numpy's range, after the run folder, the log and the hardware plan: a traceback 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from omegaconf import DictConfig
+from pydantic import Field
 
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import ConfigSource, command_line_overrides, override_key
 
 MAX_SEED = 2**32 - 1
 """The largest seed numpy accepts (a uint32), which ``seed_everything`` passes it."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class SeedSettings:
+class SeedSettings(Settings):
     """The run's top-level ``seed`` key."""
 
-    seed: int | None = field(default=42, metadata={"ge": 0, "le": MAX_SEED})
+    seed: int | None = Field(42, ge=0, le=MAX_SEED)
     """Seeds python, numpy and torch, also in loader workers; None for a random run."""
 
 
 def check_seed(cfg: DictConfig) -> int | None:
     """``cfg.seed`` as an int (or None), or a `ConfigError` naming the key, file and override."""
     overrides = tuple(o for o in command_line_overrides() if override_key(o) == "seed")
-    settings = check_settings(
+    settings = SeedSettings.from_config(
         {"seed": cfg.get("seed")},
-        SeedSettings,
         key_prefix="",
         source=ConfigSource("conf/train.yaml", overrides),
         title="invalid seed",

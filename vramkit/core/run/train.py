@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vramkit.core.callbacks.working_set import keep_working_callbacks
 from vramkit.core.config.added_keys import check_added_keys
+from vramkit.core.config.component_settings import check_component_settings
 from vramkit.core.config.instantiate import instantiate, instantiate_group
 from vramkit.core.config.monitored_metrics import check_monitored_metrics
 from vramkit.core.config.source import command_line_overrides
@@ -88,10 +89,11 @@ def train(cfg: DictConfig) -> float | None:
 
 def refuse_mistakes(cfg: DictConfig) -> None:
     """Raise `ConfigError` for a mistake that needs no device, plan, data or model to see: a
-    trainer value, a misspelt added key, a workload that breaks its contract, a monitored metric
-    the task never logs, the seed."""
+    trainer value, a misspelt added key, a component's setting (a callback's key or value), a
+    workload that breaks its contract, a monitored metric the task never logs, the seed."""
     check_trainer(cfg.trainer)
     check_added_keys(cfg, command_line_overrides(), conf_dir=Path(cfg.paths.conf_dir))
+    check_component_settings(cfg)
     check_workload(cfg)  # before the metrics: they are read from the model class it checks
     check_monitored_metrics(cfg)
     check_seed(cfg)

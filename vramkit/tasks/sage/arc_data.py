@@ -11,19 +11,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch.utils.data import Dataset
 
-from vramkit.core.config.schema import check_fields
+from vramkit.core.config.settings import Settings
 from vramkit.tasks.sage.arc_examples import (
-    CONTEXT_MODES,
-    QUERY_MODES,
     ArcExample,
+    ContextMode,
     EncodingSettings,
+    QueryMode,
     build_examples,
     example_inputs,
     example_item,
@@ -33,8 +33,7 @@ from vramkit.tasks.sage.grid_augment import random_transform, view_transform
 from vramkit.tasks.sage.grid_tokens import MAX_DEMOS, MIN_SEQUENCE_LENGTH
 
 
-@dataclass(frozen=True)
-class AugmentSettings:
+class AugmentSettings(Settings):
     """Which augmentation families are drawn from (each applied to a whole example)."""
 
     dihedral: bool = True
@@ -43,29 +42,26 @@ class AugmentSettings:
     """Permutations of colours 1–9 (0, the background, stays)."""
 
 
-@dataclass(frozen=True)
-class ArcDataSettings:
+class ArcDataSettings(Settings):
     """What a SAGE run trains and validates on (``data.*`` keys); checked on construction."""
 
     train_set: str = "arc_agi_1/training"
     """Training tasks, ``<source>/<split>`` (arc_agi_1|arc_agi_2 / training|evaluation)."""
     val_set: str = "arc_agi_1/evaluation"
     """Held-out tasks; never a task of ``train_set``."""
-    limit_tasks: int | None = field(default=None, metadata={"ge": 1})
-    """Only the first N tasks of each set (debugging and tests); null: all."""
-    train_queries: str = field(default="all", metadata={"choices": QUERY_MODES})
-    """Queries: ``test``, a task's test pairs only; ``all``, every pair in turn."""
-    context: str = field(default="demos", metadata={"choices": CONTEXT_MODES})
-    """``demos``: demonstration pairs precede the query; ``none``: the query grid alone."""
-    max_length: int = field(default=1024, metadata={"ge": MIN_SEQUENCE_LENGTH})
-    """Tokens per sequence; demonstrations that do not fit are dropped."""
-    max_demos: int = field(default=MAX_DEMOS, metadata={"ge": 0, "le": MAX_DEMOS})
-    """Demonstration pairs per sequence at most."""
-    augment: AugmentSettings = field(default_factory=AugmentSettings)
-    """Augmentations drawn afresh for every training example."""
 
-    def __post_init__(self) -> None:
-        check_fields(self, key_prefix="data.")
+    limit_tasks: int | None = Field(None, ge=1)
+    """Only the first N tasks of each set (debugging and tests); null: all."""
+    train_queries: QueryMode = "all"
+    """Queries: ``test``, a task's test pairs only; ``all``, every pair in turn."""
+    context: ContextMode = "demos"
+    """``demos``: demonstration pairs precede the query; ``none``: the query grid alone."""
+    max_length: int = Field(1024, ge=MIN_SEQUENCE_LENGTH)
+    """Tokens per sequence; demonstrations that do not fit are dropped."""
+    max_demos: int = Field(MAX_DEMOS, ge=0, le=MAX_DEMOS)
+    """Demonstration pairs per sequence at most."""
+    augment: AugmentSettings = Field(default_factory=AugmentSettings)
+    """Augmentations drawn afresh for every training example."""
 
     @property
     def encoding(self) -> EncodingSettings:
@@ -74,7 +70,7 @@ class ArcDataSettings:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
 
 
 def load_examples(settings: ArcDataSettings) -> tuple[list[ArcExample], list[ArcExample]]:

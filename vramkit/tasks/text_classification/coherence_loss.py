@@ -30,38 +30,34 @@ non-padding token (see :mod:`~vramkit.tasks.text_classification.pooled_features`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
+from pydantic import Field
 from torch import nn
 from torch.nn import functional as F
 
-from vramkit.core.config.schema import check_fields
+from vramkit.core.config.settings import Settings
 from vramkit.tasks.text_classification.calibration import brier_score
 
 TERMS = ("stability", "center", "separation", "brier")
 
 
-@dataclass(frozen=True)
-class CoherenceSettings:
+class CoherenceSettings(Settings):
     """``model.coherence``: the weight of each term (0 removes it) and the centroid momentum."""
 
-    stability: float = field(default=0.2, metadata={"ge": 0})
+    stability: float = Field(0.2, ge=0)
     """Weight of the clean-vs-noisy logit MSE (published 0.2)."""
-    center: float = field(default=0.1, metadata={"ge": 0})
+    center: float = Field(0.1, ge=0)
     """Weight of the feature-to-class-centroid MSE (published 0.1)."""
-    separation: float = field(default=0.05, metadata={"ge": 0})
+    separation: float = Field(0.05, ge=0)
     """Weight of the class-mean separation penalty (published 0.05)."""
-    brier: float = field(default=0.1, metadata={"ge": 0})
+    brier: float = Field(0.1, ge=0)
     """Weight of the Brier score of the softmax probabilities (published 0.1)."""
-    centroid_momentum: float = field(default=0.97, metadata={"ge": 0, "lt": 1})
+    centroid_momentum: float = Field(0.97, ge=0, lt=1)
     """EMA momentum of the class centroids: c ← m·c + (1 − m)·batch class mean."""
-    noise_std: float = field(default=0.1, metadata={"gt": 0})
+    noise_std: float = Field(0.1, gt=0)
     """Std of the stability term's Gaussian embedding noise, as a fraction of the embeddings'
     root-mean-square."""
-
-    def __post_init__(self) -> None:
-        check_fields(self, key_prefix="model.coherence.")
 
     def weights(self) -> dict[str, float]:
         """The weight of each term by name, in :data:`TERMS` order."""

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from pydantic import Field
 from torch.utils.data import DataLoader, Dataset
 
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import ConfigPath
 from vramkit.core.config.source import source_of
 from vramkit.core.data.bad_lines import BadLine
 from vramkit.core.data.loaders import LoaderSettings, build_loader
@@ -29,27 +29,26 @@ _BAD_LINES_SHOWN = 10  # bad lines named in the log per split; all are counted
 _USER_FILES = ("train_file", "val_file", "tokenizer_dir")
 
 
-@dataclass(frozen=True, kw_only=True)
 class TextClassificationDataSettings(LoaderSettings):
     """The ``data.*`` keys of text classification, as the datamodule takes them."""
 
-    train_file: Path | None = None
+    train_file: ConfigPath | None = None
     """Training JSONL; given together with ``val_file`` and ``tokenizer_dir``."""
-    val_file: Path | None = None
+    val_file: ConfigPath | None = None
     """Validation JSONL."""
-    tokenizer_dir: Path | None = None
+    tokenizer_dir: ConfigPath | None = None
     """A local folder ``AutoTokenizer`` loads (nothing is downloaded)."""
-    data_root: Path = Path("data")
+    data_root: ConfigPath = Path("data")
     """Where the toy set is written."""
-    toy: ToyTextConfig | None = None
+    toy: ToyTextConfig | None = ToyTextConfig()
     """The toy set, used when the three paths are null."""
-    num_labels: int = field(default=2, metadata={"ge": 1})
+    num_labels: int = Field(2, ge=1)
     """Classes; a JSONL label is an index in [0, num_labels) or a name of ``label_names``."""
     label_names: list[str] | None = None
     """Class names in index order, ``num_labels`` distinct ones; null for index labels only."""
-    pad_token_id: int = field(default=0, metadata={"ge": 0})
+    pad_token_id: int = Field(0, ge=0)
     """Padding id the model is told about."""
-    max_length: int = field(default=128, metadata={"ge": 1})
+    max_length: int = Field(128, ge=1)
     """Tokens per text: longer texts are cut, shorter ones padded."""
     strict: bool = False
     """True: a malformed JSONL line stops the run; false: it is skipped, named and counted."""
@@ -132,65 +131,24 @@ class TextClassificationDataModule(L.LightningDataModule):
     or, having no padding token, is given that token (its EOS, for GPT-2-style tokenizers).
     With ``strict`` a bad JSONL line stops the run naming file and line; without, it is
     skipped, named in the log and counted in :meth:`data_problems`.
+
+    Its keys are the fields of `TextClassificationDataSettings`, given as keyword arguments and
+    kept validated in ``self.settings``; ``paths`` holds the three files, which the toy set fills
+    in.
     """
 
-    def __init__(
-        self,
-        *,
-        train_file: str | None = None,
-        val_file: str | None = None,
-        tokenizer_dir: str | None = None,
-        data_root: str = "data",
-        toy: Mapping[str, Any] | None = None,
-        num_labels: int = 2,
-        label_names: Sequence[str] | None = None,
-        pad_token_id: int = 0,
-        max_length: int = 128,
-        batch_size: int = 8,
-        val_batch_size: int = 8,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        persistent_workers: bool = True,
-        strict: bool = False,
-    ) -> None:
+    settings_class = TextClassificationDataSettings
+
+    def __init__(self, **settings: Any) -> None:
         super().__init__()
-        settings = check_settings(
-            {
-                "train_file": train_file,
-                "val_file": val_file,
-                "tokenizer_dir": tokenizer_dir,
-                "data_root": data_root,
-                "toy": toy,
-                "num_labels": num_labels,
-                "label_names": label_names,
-                "pad_token_id": pad_token_id,
-                "max_length": max_length,
-                "batch_size": batch_size,
-                "val_batch_size": val_batch_size,
-                "num_workers": num_workers,
-                "pin_memory": pin_memory,
-                "persistent_workers": persistent_workers,
-                "strict": strict,
-            },
-            TextClassificationDataSettings,
-            key_prefix="data.",
-            source=source_of("data"),
+        self.settings = TextClassificationDataSettings.from_config(
+            settings, key_prefix="data.", source=source_of("data")
         )
+        settings = self.settings
         self.paths = {
             key: getattr(settings, key) for key in _USER_FILES if getattr(settings, key) is not None
         }
         self.toy = None if self.paths else settings.toy
-        self.data_root = settings.data_root
-        self.num_labels = settings.num_labels
-        self.label_names = settings.label_names
-        self.pad_token_id = settings.pad_token_id
-        self.max_length = settings.max_length
-        self.batch_size = settings.batch_size
-        self.val_batch_size = settings.val_batch_size
-        self.num_workers = settings.num_workers
-        self.pin_memory = settings.pin_memory
-        self.persistent_workers = settings.persistent_workers
-        self.strict = settings.strict
         self.tokenizer: Any = None
         self.train_dataset: TextClassificationDataset | None = None
         self.val_dataset: TextClassificationDataset | None = None
@@ -199,12 +157,12 @@ class TextClassificationDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         """Write the toy set when no files are configured."""
         if self.toy is not None:
-            ensure_toy_text_classification(self.data_root, self.toy)
+            ensure_toy_text_classification(self.settings.data_root, self.toy)
 
     def setup(self, stage: str | None = None) -> None:
         """Load the tokenizer and read the splits; later calls reuse them."""
         if self.toy is not None and not self.paths:
-            files = ensure_toy_text_classification(self.data_root, self.toy)
+            files = ensure_toy_text_classification(self.settings.data_root, self.toy)
             self.paths = {
                 "train_file": files.train_file,
                 "val_file": files.val_file,
@@ -227,12 +185,12 @@ class TextClassificationDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:
             raise RuntimeError("call setup('fit') before train_dataloader()")
-        return self._loader(self.train_dataset, self.batch_size, train=True)
+        return self._loader(self.train_dataset, self.settings.batch_size, train=True)
 
     def val_dataloader(self) -> DataLoader:
         if self.val_dataset is None:
             raise RuntimeError("call setup() before val_dataloader()")
-        return self._loader(self.val_dataset, self.val_batch_size, train=False)
+        return self._loader(self.val_dataset, self.settings.val_batch_size, train=False)
 
     def data_problems(self) -> dict[str, int]:
         """Skipped JSONL lines by ``<split>/bad_lines``."""
@@ -243,15 +201,18 @@ class TextClassificationDataModule(L.LightningDataModule):
             dataset,
             batch_size=batch_size,
             shuffle=train,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.persistent_workers,
-            collate_fn=TokenizingCollate(self.tokenizer, self.max_length),
+            num_workers=self.settings.num_workers,
+            pin_memory=self.settings.pin_memory,
+            persistent_workers=self.settings.persistent_workers,
+            collate_fn=TokenizingCollate(self.tokenizer, self.settings.max_length),
         )
 
     def _read(self, split: str, path: Path) -> TextClassificationDataset:
         examples, bad = read_labelled_texts(
-            path, num_labels=self.num_labels, label_names=self.label_names, strict=self.strict
+            path,
+            num_labels=self.settings.num_labels,
+            label_names=self.settings.label_names,
+            strict=self.settings.strict,
         )
         self._bad_lines[split] = bad
         for problem in bad[:_BAD_LINES_SHOWN]:
@@ -269,17 +230,18 @@ class TextClassificationDataModule(L.LightningDataModule):
         if not folder.is_dir():
             raise FileNotFoundError(f"data.tokenizer_dir is not a folder: {folder}")
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        pad_token_id = self.settings.pad_token_id
         if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(self.pad_token_id)
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(pad_token_id)
             log.info(
                 "tokenizer %s has no padding token: padding with id %d (%r, data.pad_token_id)",
                 folder,
-                self.pad_token_id,
+                pad_token_id,
                 tokenizer.pad_token,
             )
-        elif tokenizer.pad_token_id != self.pad_token_id:
+        elif tokenizer.pad_token_id != pad_token_id:
             raise ValueError(
-                f"data.pad_token_id is {self.pad_token_id} but the tokenizer in {folder} pads "
+                f"data.pad_token_id is {pad_token_id} but the tokenizer in {folder} pads "
                 f"with id {tokenizer.pad_token_id} ({tokenizer.pad_token!r}): set "
                 f"data.pad_token_id={tokenizer.pad_token_id}"
             )

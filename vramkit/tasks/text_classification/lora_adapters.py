@@ -15,12 +15,13 @@ planner gets `PlannedQuantizedLinear` stand-ins that hold and allocate what bits
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import Field
 from torch import nn
 
-from vramkit.core.config.schema import ConfigError, check_settings
+from vramkit.core.config.schema import ConfigError
+from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import closest, source_of
 from vramkit.core.optional_dependency import import_optional
 from vramkit.tasks.text_classification.planned_quantized_linear import plan_quantized_linears
@@ -29,15 +30,14 @@ from vramkit.tasks.text_classification.planned_quantized_linear import plan_quan
 HEAD_NAMES = ("score", "classifier")
 
 
-@dataclass(frozen=True, kw_only=True)
-class LoraSettings:
+class LoraSettings(Settings):
     """``model.lora``: the adapters and how the frozen base weights are stored."""
 
-    r: int = field(default=16, metadata={"gt": 0})
+    r: int = Field(16, gt=0)
     """Adapter rank."""
-    alpha: float = field(default=32.0, metadata={"gt": 0})
+    alpha: float = Field(32.0, gt=0)
     """Adapters add (alpha / r) · B·A·x."""
-    dropout: float = field(default=0.0, metadata={"ge": 0, "lt": 1})
+    dropout: float = Field(0.0, ge=0, lt=1)
     """Dropout on the adapters' input."""
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "dense")
     """Names of the Linear layers that get adapters."""
@@ -54,7 +54,7 @@ def lora_settings(values: Mapping[str, Any] | None) -> LoraSettings | None:
     """`values` (``model.lora``) checked; None when LoRA is off. A bad key is a `ConfigError`."""
     if values is None:
         return None
-    return check_settings(values, LoraSettings, key_prefix="model.lora.", source=source_of("model"))
+    return LoraSettings.from_config(values, key_prefix="model.lora.", source=source_of("model"))
 
 
 def head_name(model: nn.Module) -> str:

@@ -9,7 +9,6 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import source_of
 from vramkit.core.oom.resilient_module import OOMResilientModule
 from vramkit.core.optim.scheduled_module import OptimizerFactory, ScheduledOptimization
@@ -80,9 +79,8 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
         self.coherence: CoherenceLoss | None = None
         self.noisy_forward: NoisyForward | None = None
         if coherence is not None:
-            settings = check_settings(
+            settings = CoherenceSettings.from_config(
                 coherence,
-                CoherenceSettings,
                 key_prefix="model.coherence.",
                 source=source_of("model"),
             )

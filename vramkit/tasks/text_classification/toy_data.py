@@ -10,10 +10,12 @@ import json
 import os
 import random
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from vramkit.core.config.schema import check_fields
+from pydantic import Field
+
+from vramkit.core.config.settings import Settings
 from vramkit.core.optional_dependency import import_optional
 
 NEGATIVE = ("bad", "awful", "poor", "sad", "dark", "angry", "broken", "slow")
@@ -22,19 +24,15 @@ NEUTRAL = ("the", "a", "day", "film", "meal", "room", "was", "and", "very", "qui
 PAD, UNK = "[PAD]", "[UNK]"  # ids 0 and 1
 
 
-@dataclass(frozen=True)
-class ToyTextConfig:
+class ToyTextConfig(Settings):
     """Sizes of the toy set (``data.toy``); the files are a pure function of these values."""
 
-    num_train: int = field(default=256, metadata={"ge": 1})
+    num_train: int = Field(256, ge=1)
     """Training texts."""
-    num_val: int = field(default=64, metadata={"ge": 1})
+    num_val: int = Field(64, ge=1)
     """Validation texts."""
-    seed: int = field(default=0, metadata={"ge": 0})
+    seed: int = Field(0, ge=0)
     """Random seed of the texts."""
-
-    def __post_init__(self) -> None:
-        check_fields(self, key_prefix="data.toy.")
 
 
 @dataclass(frozen=True)

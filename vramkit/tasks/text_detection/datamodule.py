@@ -5,16 +5,16 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import cv2
 import lightning as L
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from pydantic import Field
 from torch.utils.data import DataLoader
 
-from vramkit.core.config.schema import check_settings
+from vramkit.core.config.settings import ConfigPath
 from vramkit.core.config.source import source_of
 from vramkit.core.data.loaders import LoaderSettings, build_loader
 from vramkit.core.io.disk_cache import ValidationCacheSettings
@@ -70,23 +70,22 @@ def _options(value: Any, key: str, known: set[str], owner: str) -> dict[str, Any
     return dict(value)
 
 
-@dataclass(frozen=True, kw_only=True)
 class TextDetectionDataSettings(LoaderSettings):
     """The ``data.*`` keys of text detection, as :class:`TextDetectionDataModule` takes them."""
 
-    train_dir: Path | None = None
+    train_dir: ConfigPath | None = None
     """Training folder in ICDAR 2015 layout (images/, gt/); null with ``synthetic``."""
-    val_dir: Path | None = None
+    val_dir: ConfigPath | None = None
     """Validation folder in ICDAR 2015 layout; null with ``synthetic``."""
     synthetic: SyntheticTextConfig | None = None
     """Parameters of the synthetic dataset, rendered once under ``data_root``; null for folders."""
-    data_root: Path = Path("data")
+    data_root: ConfigPath = Path("data")
     """Where generated datasets live."""
-    image_size: int = field(default=640, metadata={"gt": 0, "multiple_of": SIDE_MULTIPLE})
+    image_size: int = Field(640, gt=0, multiple_of=SIDE_MULTIPLE)
     """Training crop side (px)."""
-    val_image_size: int = field(default=640, metadata={"gt": 0, "multiple_of": SIDE_MULTIPLE})
+    val_image_size: int = Field(640, gt=0, multiple_of=SIDE_MULTIPLE)
     """Side validation images are resized to (px)."""
-    prefetch_factor: int | None = field(default=None, metadata={"gt": 0})
+    prefetch_factor: int | None = Field(None, gt=0)
     """Batches each loader worker prepares ahead; null: PyTorch's default (2)."""
     strict: bool = False
     """True: a corrupt image or malformed annotation line stops the run."""
@@ -131,67 +130,25 @@ class TextDetectionDataModule(L.LightningDataModule):
     (:mod:`vramkit.core.io.disk_cache`), so each is computed once across epochs and runs;
     training samples are always computed afresh in the workers. ``prefetch_factor`` is the
     number of batches each worker prepares ahead (None: PyTorch's default, 2).
+
+    Its keys are the fields of `TextDetectionDataSettings`, given as keyword arguments and kept
+    validated in ``self.settings``; ``train_dir`` and ``val_dir`` are also attributes, which a
+    rendered synthetic set fills in.
     """
 
-    def __init__(
-        self,
-        *,
-        train_dir: str | None = None,
-        val_dir: str | None = None,
-        synthetic: Mapping[str, Any] | None = None,
-        data_root: str = "data",
-        image_size: int = 640,
-        val_image_size: int = 640,
-        batch_size: int = 8,
-        val_batch_size: int = 8,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        persistent_workers: bool = True,
-        prefetch_factor: int | None = None,
-        strict: bool = False,
-        augment: Mapping[str, Any] | None = None,
-        targets: Mapping[str, Any] | None = None,
-        val_cache: Mapping[str, Any] | None = None,
-    ) -> None:
+    settings_class = TextDetectionDataSettings
+
+    def __init__(self, **settings: Any) -> None:
         super().__init__()
-        settings = check_settings(
-            {
-                "train_dir": train_dir,
-                "val_dir": val_dir,
-                "synthetic": synthetic,
-                "data_root": data_root,
-                "image_size": image_size,
-                "val_image_size": val_image_size,
-                "batch_size": batch_size,
-                "val_batch_size": val_batch_size,
-                "num_workers": num_workers,
-                "pin_memory": pin_memory,
-                "persistent_workers": persistent_workers,
-                "prefetch_factor": prefetch_factor,
-                "strict": strict,
-                "augment": augment,
-                "targets": targets,
-                "val_cache": val_cache,
-            },
-            TextDetectionDataSettings,
-            key_prefix="data.",
-            source=source_of("data"),
+        self.settings = TextDetectionDataSettings.from_config(
+            settings, key_prefix="data.", source=source_of("data")
         )
-        self.image_size = settings.image_size
-        self.val_image_size = settings.val_image_size
-        self.batch_size = settings.batch_size
-        self.val_batch_size = settings.val_batch_size
-        self.num_workers = settings.num_workers
-        self.pin_memory = settings.pin_memory
-        self.persistent_workers = settings.persistent_workers
-        self.prefetch_factor = settings.prefetch_factor
-        self.strict = settings.strict
-        self.data_root = settings.data_root
-        self.synthetic = settings.synthetic
+        settings = self.settings
         # With synthetic data, the folders are known once the dataset is rendered.
         self.train_dir = settings.train_dir
         self.val_dir = settings.val_dir
-        self._from_synthetic = self.synthetic is not None and None in (self.train_dir, self.val_dir)
+        rendered = settings.synthetic is not None
+        self._from_synthetic = rendered and None in (self.train_dir, self.val_dir)
         self._checked_synthetic = False  # every file checked against the manifest
 
         augment_options = _options(
@@ -204,10 +161,12 @@ class TextDetectionDataModule(L.LightningDataModule):
             settings.targets, "data.targets", _keyword_options(make_targets), "make_targets"
         )
         try:
-            self.train_transform = build_train_transform(self.image_size, **augment_options)
+            self.train_transform = build_train_transform(
+                self.settings.image_size, **augment_options
+            )
         except (TypeError, ValueError) as error:
             raise ValueError(f"data.augment: {error}") from None
-        self.val_transform = build_val_transform(self.val_image_size)
+        self.val_transform = build_val_transform(self.settings.val_image_size)
         self.val_cache = None if settings.val_cache is None else settings.val_cache.build()
         self.train_dataset: TextDetectionDataset | None = None
         self.val_dataset: TextDetectionDataset | None = None
@@ -224,8 +183,10 @@ class TextDetectionDataModule(L.LightningDataModule):
             return
         if self.train_dir is not None and not checksums:
             return  # rendered already
-        assert self.synthetic is not None
-        dataset_dir = ensure_synthetic_dataset(self.data_root, self.synthetic, checksums=checksums)
+        assert self.settings.synthetic is not None
+        dataset_dir = ensure_synthetic_dataset(
+            self.settings.data_root, self.settings.synthetic, checksums=checksums
+        )
         self.train_dir = dataset_dir / "train"
         self.val_dir = dataset_dir / "val"
         self._checked_synthetic = checksums
@@ -253,7 +214,7 @@ class TextDetectionDataModule(L.LightningDataModule):
             self.train_dataset = TextDetectionDataset(
                 self.train_dir,
                 self.train_transform,
-                strict=self.strict,
+                strict=self.settings.strict,
                 target_params=self.target_params,
                 keep_annotations=False,
                 check_on_access=check_on_access,
@@ -262,17 +223,17 @@ class TextDetectionDataModule(L.LightningDataModule):
             self.val_dataset = TextDetectionDataset(
                 self.val_dir,
                 self.val_transform,
-                strict=self.strict,
+                strict=self.settings.strict,
                 target_params=self.target_params,
                 keep_annotations=True,
                 cache=self.val_cache,
                 # what the validation transform depends on (build_val_transform)
-                cache_params={"resize_px": self.val_image_size},
+                cache_params={"resize_px": self.settings.val_image_size},
                 check_on_access=check_on_access,
             )
 
     def _loader(self, dataset: TextDetectionDataset, batch_size: int, *, train: bool) -> DataLoader:
-        if self.num_workers > 0:
+        if self.settings.num_workers > 0:
             # Loader workers are forked from this process. A worker that inherits OpenCV's
             # thread pool (started here by in-process rendering or post-processing) deadlocks
             # as soon as it resizes or stops that pool, so the pool is stopped here, before any
@@ -284,22 +245,22 @@ class TextDetectionDataModule(L.LightningDataModule):
             shuffle=train,
             # A short last batch makes noisy BatchNorm statistics; kept when it is the only one.
             drop_last=train and len(dataset) >= batch_size,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.persistent_workers,
-            prefetch_factor=self.prefetch_factor,
+            num_workers=self.settings.num_workers,
+            pin_memory=self.settings.pin_memory,
+            persistent_workers=self.settings.persistent_workers,
+            prefetch_factor=self.settings.prefetch_factor,
             collate_fn=collate_text_detection,
         )
 
     def train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:
             raise RuntimeError("call setup('fit') before train_dataloader()")
-        return self._loader(self.train_dataset, self.batch_size, train=True)
+        return self._loader(self.train_dataset, self.settings.batch_size, train=True)
 
     def val_dataloader(self) -> DataLoader:
         if self.val_dataset is None:
             raise RuntimeError("call setup() before val_dataloader()")
-        return self._loader(self.val_dataset, self.val_batch_size, train=False)
+        return self._loader(self.val_dataset, self.settings.val_batch_size, train=False)
 
     def predict_dataloader(self) -> DataLoader:
         """The validation split, in order: what ``eval.py`` writes submission files for."""

@@ -23,7 +23,6 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from vramkit.core.config.instantiate import instantiate
-from vramkit.core.config.schema import check_settings
 from vramkit.core.config.source import ConfigSource, command_line_overrides
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.core.run.resolve_hardware import resolve_hardware
@@ -47,14 +46,13 @@ RECORD_NAME = "export.json"
 
 def _settings(cfg: DictConfig) -> tuple[ExportRequest, ExportSettings]:
     source = ConfigSource("conf/export.yaml", command_line_overrides())
-    request = check_settings(
+    request = ExportRequest.from_config(
         {"ckpt_path": cfg.get("ckpt_path"), "format": cfg.get("format")},
-        ExportRequest,
         key_prefix="",
         source=source,
         title="invalid export request",
     )
-    settings = check_settings(cfg.export, ExportSettings, key_prefix="export.", source=source)
+    settings = ExportSettings.from_config(cfg.export, key_prefix="export.", source=source)
     if not request.ckpt_path.is_file():
         raise FileNotFoundError(f"ckpt_path: no checkpoint file at {request.ckpt_path}")
     return request, settings
@@ -125,7 +123,7 @@ def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
     output_dir = settings.output_dir
     output_dir.mkdir(parents=True, exist_ok=True)
 
-    side = datamodule.val_image_size
+    side = datamodule.settings.val_image_size
     fp32_path = output_dir / FP32_NAME
     log.info(
         "exporting %s with the %s exporter, opset %d", fp32_path, settings.exporter, settings.opset
@@ -143,7 +141,9 @@ def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
         models["int8_static"] = quantize_static_qdq(
             fp32_path,
             output_dir / "dbnet.int8_static.onnx",
-            calibration_batches(datamodule, settings.calibration_images, datamodule.val_batch_size),
+            calibration_batches(
+                datamodule, settings.calibration_images, datamodule.settings.val_batch_size
+            ),
             method=settings.calibration_method,
             per_channel=settings.per_channel,
             fp32_nodes=nodes_of_modules(fp32_path, settings.fp32_modules),

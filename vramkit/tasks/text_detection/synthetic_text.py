@@ -18,7 +18,6 @@ and rendered again (the same bytes, as rendering is deterministic).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -26,18 +25,17 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import cv2
 import numpy as np
+from pydantic import Field
 
-from vramkit.core.config.schema import check_fields, check_settings
-from vramkit.core.config.source import ConfigSource
+from vramkit.core.config.settings import Settings
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.tasks.text_detection.icdar_format import DONT_CARE, write_ground_truth
 from vramkit.tasks.text_detection.text_renderer import TextRenderer
@@ -54,42 +52,41 @@ CHUNK_SIZE = 32  # images per task of a generation process
 MAX_WORKERS = 8
 
 
-@dataclass(frozen=True)
-class SyntheticTextConfig:
+_AtLeast1 = Annotated[int, Field(ge=1)]
+_AtLeast6 = Annotated[int, Field(ge=6)]
+
+
+class SyntheticTextConfig(Settings):
     """Parameters of the synthetic dataset (``data.synthetic``); every field is part of the
-    dataset's hash. Checked on construction, so equal parameters hash equal however written."""
+    dataset's hash. Built from a list or an int (Hydra's), a field holds the annotated tuple or
+    float, so equal parameters hash equal however written."""
 
-    seed: int = field(default=0, metadata={"ge": 0})
+    seed: int = Field(0, ge=0)
     """Seed of every image's random generator (with the split and the index)."""
-    num_train: int = field(default=1500, metadata={"ge": 1})
+    num_train: int = Field(1500, ge=1)
     """Training images."""
-    num_val: int = field(default=100, metadata={"ge": 1})
+    num_val: int = Field(100, ge=1)
     """Validation images."""
-    image_size: int = field(default=320, metadata={"ge": 32})
+    image_size: int = Field(320, ge=32)
     """Side of the square images (px)."""
-    words_per_image: tuple[int, int] = field(default=(3, 10), metadata={"ge": 1})
+    words_per_image: tuple[_AtLeast1, _AtLeast1] = (3, 10)
     """Text units per image, an inclusive range [low, high]."""
-    font_size: tuple[int, int] = field(default=(16, 48), metadata={"ge": 6})
+    font_size: tuple[_AtLeast6, _AtLeast6] = (16, 48)
     """Font em size (px), an inclusive range [low, high]."""
-    max_rotation_deg: float = field(default=15.0, metadata={"ge": 0.0, "le": 90.0})
+    max_rotation_deg: float = Field(15.0, ge=0.0, le=90.0)
     """Largest text rotation (degrees); most angles are near 0 (triangular distribution)."""
-    perspective: float = field(default=0.1, metadata={"ge": 0.0, "le": 0.5})
+    perspective: float = Field(0.1, ge=0.0, le=0.5)
     """Corner jitter as a fraction of the text height."""
-    line_probability: float = field(default=0.4, metadata={"ge": 0.0, "le": 1.0})
+    line_probability: float = Field(0.4, ge=0.0, le=1.0)
     """Chance that a text unit is a line of 2-4 words."""
-    dont_care_probability: float = field(default=0.2, metadata={"ge": 0.0, "le": 1.0})
+    dont_care_probability: float = Field(0.2, ge=0.0, le=1.0)
     """Chance that an image also holds 1-3 ``###`` words."""
-    min_word_height: int = field(default=10, metadata={"ge": 1})
+    min_word_height: int = Field(10, ge=1)
     """Words rendered shorter than this (px) are marked ``###``."""
-    max_clutter_shapes: int = field(default=6, metadata={"ge": 0})
+    max_clutter_shapes: int = Field(6, ge=0)
     """Lines, boxes, ellipses, scribbles (not text) per image, at most."""
-    jpeg_quality: int = field(default=92, metadata={"ge": 1, "le": 100})
+    jpeg_quality: int = Field(92, ge=1, le=100)
     """JPEG quality of the written images (1-100)."""
-
-    def __post_init__(self) -> None:
-        # Hydra lists become tuples and ints in float fields floats: the dataclass stays
-        # hashable, and 20 and 20.0 give the same dataset hash.
-        check_fields(self)
 
     def cross_field_problems(self) -> list[tuple[str, str]]:
         """Ranges whose low end exceeds their high end (run by the config checks)."""
@@ -99,24 +96,9 @@ class SyntheticTextConfig:
             if getattr(self, name)[0] > getattr(self, name)[1]
         ]
 
-    @classmethod
-    def from_mapping(
-        cls,
-        values: Mapping[str, Any],
-        *,
-        key_prefix: str = "synthetic",
-        source: ConfigSource | None = None,
-    ) -> SyntheticTextConfig:
-        """Build from a plain or Hydra mapping; errors name the key as ``<key_prefix>.<field>``
-        and `source`'s file and overrides."""
-        return check_settings(values, cls, key_prefix=f"{key_prefix}.", source=source)
-
     def params(self) -> dict[str, Any]:
         """The parameters as JSON-ready values."""
-        return {
-            key: list(value) if isinstance(value, tuple) else value
-            for key, value in dataclasses.asdict(self).items()
-        }
+        return self.model_dump(mode="json")
 
     def params_hash(self) -> str:
         """Short (12 hex digits) hash of the parameters and the generator version."""

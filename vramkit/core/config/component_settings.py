@@ -1,0 +1,89 @@
+"""The settings of every configured component, checked before any work.
+
+A component names its settings class in ``settings_class`` (see `vramkit.core.config.settings`);
+its config node holds ``_target_`` and the settings' keys. `check_component_settings` checks the
+nodes of a composed config against those classes, so a misspelt key or a bad value of a callback
+is refused before the hardware is planned, a run folder written or data read. Values that are
+interpolations are left to the component itself, which validates them when it is built: resolving
+one here could run work (a profile's value) that the early check must not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from hydra.utils import get_object
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from vramkit.core.config.legacy_targets import current_target
+from vramkit.core.config.schema import ConfigError, settings_error, settings_heading
+from vramkit.core.config.settings import Settings
+from vramkit.core.config.source import ConfigSource, source_of
+
+NODE_KEYS = ("_target_", "_partial_", "_convert_", "_recursive_", "_args_")
+"""Hydra's own keys of a node, which are no settings."""
+
+
+def settings_class_of(target: str) -> type[Settings] | None:
+    """The settings class of the component a ``_target_`` names, or None when it has none (or
+    the target cannot be imported: instantiating it reports that)."""
+    try:
+        component = get_object(current_target(target))
+    except Exception:
+        return None
+    schema = getattr(component, "settings_class", None)
+    return schema if isinstance(schema, type) and issubclass(schema, Settings) else None
+
+
+def component_nodes(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, DictConfig]]:
+    """Every node below `cfg` with a ``_target_``, with its dotted key ("callbacks.run_report")."""
+    for key in cfg:
+        if not isinstance(key, str) or OmegaConf.is_missing(cfg, key):
+            continue
+        if OmegaConf.is_interpolation(cfg, key):
+            continue
+        node = cfg[key]
+        if isinstance(node, DictConfig):
+            if "_target_" in node:
+                yield f"{prefix}{key}", node
+            yield from component_nodes(node, f"{prefix}{key}.")
+
+
+def check_component_settings(cfg: DictConfig) -> None:
+    """Raise one `ConfigError` for the first component node whose keys or plain values its
+    settings class refuses; the message names the key, the file and the closest valid key."""
+    for key, node in component_nodes(cfg):
+        schema = settings_class_of(str(node._target_))
+        if schema is None:
+            continue
+        left_out = {str(name) for name in node if _unknown_yet(node, str(name))}
+        values = {
+            name: node[name] for name in node if name not in NODE_KEYS and name not in left_out
+        }
+        prefix, source = f"{key}.", _source(key)
+        try:
+            schema.from_config(values, key_prefix=prefix, source=source)
+        except ConfigError as error:
+            # what a left-out key holds is known only once resolved: not missing, nor judged
+            problems = [p for p in error.problems if p[0].split(".")[0] not in left_out]
+            if problems:
+                heading = settings_heading(schema, prefix, None)
+                raise settings_error(problems, heading, prefix, source) from None
+
+
+def _unknown_yet(node: DictConfig, key: str) -> bool:
+    """Whether the value of `key` is missing (``???``) or is or holds an interpolation: known
+    only once resolved, which the early check must not do."""
+    if OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key):
+        return True
+    value = node[key]
+    if isinstance(value, DictConfig | ListConfig):
+        return "${" in str(OmegaConf.to_container(value, resolve=False))
+    return False
+
+
+def _source(key: str) -> ConfigSource:
+    group, _, rest = key.partition(".")
+    if group == "callbacks" and rest:
+        return source_of("callbacks", node=rest.split(".")[0])
+    return source_of(group)
