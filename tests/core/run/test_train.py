@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from omegaconf import OmegaConf
 
 from vramkit.core.run.evaluate import SCORES_NAME, evaluate
+from vramkit.core.run.settle import OVERRIDES_NAME, read_overrides, settle, settled_config
 from vramkit.core.run.train import train
 from vramkit.tasks.text_detection.icdar_eval import evaluate_folders
 from vramkit.tasks.text_detection.module import TextDetectionModule
@@ -40,7 +43,13 @@ def test_fast_dev_run_of_the_default_task(compose_config):
         "data.val_image_size=128",
     )
     train(cfg)
-    assert (Path(cfg.paths.output_dir) / "resolved_config.yaml").is_file()
+    run_dir = Path(cfg.paths.output_dir)
+    resolved = yaml.safe_load((run_dir / "resolved_config.yaml").read_text())
+    # the recorded overrides repeat the run: the same config, nothing left to settle
+    again = settle(compose_config(*read_overrides(run_dir / OVERRIDES_NAME)))
+    assert again.overrides == ()
+    assert OmegaConf.to_container(settled_config(again), resolve=True) == resolved
+    assert resolved["data"]["batch_size"] == again.profile.batch_size  # explicit, not "auto"
 
 
 CHATTER = (
