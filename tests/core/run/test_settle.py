@@ -8,9 +8,9 @@ from omegaconf import OmegaConf, open_dict
 
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.run import compose
+from vramkit.core.run.run_folder import read_run_overrides
 from vramkit.core.run.settle import (
     ChangedAfterComposition,
-    read_overrides,
     settle,
     settled_config,
     write_overrides,
@@ -58,7 +58,7 @@ def test_the_recorded_overrides_repeat_the_run_with_nothing_left_to_settle(
     path = write_overrides(tmp_path, first)
     assert path.read_text().splitlines() == list(first.run_overrides)
 
-    again = settle(compose_config(*read_overrides(path)), device=CPU_2, plan_batches=False)
+    again = settle(compose_config(*read_run_overrides(path)), device=CPU_2, plan_batches=False)
     assert again.overrides == ()  # +hw=cpu and every batch size are explicit now
     assert OmegaConf.to_container(settled_config(again), resolve=True) == OmegaConf.to_container(
         settled_config(first), resolve=True

@@ -33,14 +33,13 @@ def compose_config(
 
     Hydra's run settings are registered (so ``+hw=`` choices and overrides are known) and then
     dropped from the returned config, as under ``@hydra.main``. ``output_dir`` takes the place of
-    Hydra's run folder (the override ``paths.output_dir=<output_dir>``, appended, so a run's
-    config composed again keeps it; required when the config is resolved, since no Hydra run
+    Hydra's run folder (the override ``paths.output_dir=<output_dir>`` before the others, so a
+    run's config composed again keeps it; required when the config is resolved, since no Hydra run
     creates one here); the caller moves other paths with overrides (``paths.data_dir=...``).
     """
     register_resolvers()
-    overrides = list(overrides)
-    if output_dir is not None:
-        overrides.append(f"paths.output_dir={output_dir}")
+    if output_dir is not None:  # first: an override of the caller's own moves it again
+        overrides = [f"paths.output_dir={output_dir}", *overrides]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(Path(conf_dir)), version_base="1.3"):
         cfg = compose(config_name, overrides=overrides, return_hydra_config=True)

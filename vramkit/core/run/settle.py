@@ -30,9 +30,7 @@ from vramkit.core.hardware.detect import DeviceInfo, probe_device
 from vramkit.core.hardware.profile import HardwareProfile, describe_profile
 from vramkit.core.run import resolve_hardware as hardware
 from vramkit.core.run.compose import compose_run
-
-OVERRIDES_NAME = "overrides.txt"
-"""The run folder's record of the run's overrides, one a line: the user's, then the settlement's."""
+from vramkit.core.run.run_folder import RUN_OVERRIDES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,7 +196,7 @@ def settle_and_compose(cfg: DictConfig, **settle_arguments: Any) -> tuple[Settle
     return settlement, settled_config(settlement)
 
 
-def write_overrides(output_dir: Path, settlement: Settlement, name: str = OVERRIDES_NAME) -> Path:
+def write_overrides(output_dir: Path, settlement: Settlement, name: str = RUN_OVERRIDES) -> Path:
     """Write the run's overrides into `output_dir/<name>`, one a line; return the path.
 
     `xargs -d '\\n' python train.py < overrides.txt` (or `python train.py $(cat overrides.txt)`
@@ -207,11 +205,6 @@ def write_overrides(output_dir: Path, settlement: Settlement, name: str = OVERRI
     path = Path(output_dir) / name
     path.write_text("".join(f"{override}\n" for override in settlement.run_overrides))
     return path
-
-
-def read_overrides(path: Path) -> tuple[str, ...]:
-    """The overrides an `overrides.txt` records, in order."""
-    return tuple(line for line in Path(path).read_text().splitlines() if line.strip())
 
 
 def _given_overrides() -> tuple[str, ...]:

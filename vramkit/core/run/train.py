@@ -26,17 +26,11 @@ from vramkit.core.run.library_chatter import hide_library_chatter, output_settin
 from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.requeue import requeued_checkpoint
 from vramkit.core.run.resume_contract import load_initial_weights
-from vramkit.core.run.run_folder import RUN_CONFIG, record_name
+from vramkit.core.run.run_folder import RUN_CONFIG, RUN_OVERRIDES, record_name
 from vramkit.core.run.run_record import RECORD_NAME, write_run_record
 from vramkit.core.run.run_summary import summary_lines
 from vramkit.core.run.seed import check_seed
-from vramkit.core.run.settle import (
-    OVERRIDES_NAME,
-    Settlement,
-    settle,
-    settled_config,
-    write_overrides,
-)
+from vramkit.core.run.settle import Settlement, settle, settled_config, write_overrides
 from vramkit.core.workload import check_workload
 
 log = logging.getLogger(__name__)
@@ -125,7 +119,7 @@ def _record_config(cfg: DictConfig, output_dir: Path, settlement: Settlement) ->
     output_dir.mkdir(parents=True, exist_ok=True)
     for record in settlement.fit_records:
         write_fit_decision(output_dir, record)
-    write_overrides(output_dir, settlement, record_name(output_dir, OVERRIDES_NAME))
+    write_overrides(output_dir, settlement, record_name(output_dir, RUN_OVERRIDES))
     config_name = record_name(output_dir, RUN_CONFIG)
     (output_dir / config_name).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     write_run_record(
