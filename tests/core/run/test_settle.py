@@ -9,13 +9,12 @@ from omegaconf import OmegaConf, open_dict
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.run import compose
 from vramkit.core.run.run_folder import read_run_overrides
+from vramkit.core.run.settle import _override_value as override_value
 from vramkit.core.run.settle import (
-    ChangedAfterComposition,
     settle,
     settled_config,
     write_overrides,
 )
-from vramkit.core.run.settle import _override_value as override_value
 
 CPU_2 = DeviceInfo("cpu", "CPU", 16.0, None, count=0, cpu_count=2)
 T4 = DeviceInfo("cuda", "Tesla T4", 14.57, (7, 5), count=1, cpu_count=2)
@@ -65,6 +64,15 @@ def test_the_recorded_overrides_repeat_the_run_with_nothing_left_to_settle(
     )
 
 
+def test_a_rehearsal_settles_its_mapped_values_and_repeats_as_itself(compose_config):
+    cfg = compose_config("+hw=t4", "hw.strict=false", "debug=smoke")
+    first = settle(cfg, device=CPU_2, plan_batches=False)
+    mapped = {"++hw.accelerator=cpu", "++hw.precision=32-true", "++hw.pin_memory=false"}
+    assert mapped <= set(first.overrides)  # what the CPU runs instead of the T4's settings
+    again = settle(compose_config(*first.run_overrides), device=CPU_2, plan_batches=False)
+    assert again.overrides == () and again.profile == first.profile
+
+
 def test_a_planned_t4_run_settles_the_planned_batch_sizes(compose_config):
     cfg = compose_config("+hw=t4", "debug=smoke")
     settlement = settle(cfg, device=T4)
@@ -75,12 +83,24 @@ def test_a_planned_t4_run_settles_the_planned_batch_sizes(compose_config):
     assert any("batch" in line for line in settlement.decisions)
 
 
-def test_a_config_changed_in_code_is_refused_naming_the_key(compose_config):
+def test_changes_made_in_code_are_kept_as_overrides(compose_config):
+    # what the resume contract does to a resumed run's config before train() settles it
     cfg = compose_config("+hw=cpu", "debug=smoke")
     with open_dict(cfg):
         cfg.trainer.max_epochs = 7
-    with pytest.raises(ChangedAfterComposition, match=r"trainer\.max_epochs"):
-        settle(cfg, device=CPU_2, plan_batches=False)
+        cfg.resume.changes = ["hw.batch_size: auto -> 2"]
+        del cfg.trainer.log_every_n_steps
+        cfg.probe = {"every": 2}
+    settlement = settle(cfg, device=CPU_2, plan_batches=False)
+    assert set(settlement.in_code) == {
+        "++trainer.max_epochs=7",
+        "~trainer.log_every_n_steps",
+        "++resume.changes=['hw.batch_size: auto -> 2']",
+        "++probe={every:2}",
+    }
+    run = settled_config(settlement)
+    assert run.trainer.max_epochs == 7 and "log_every_n_steps" not in run.trainer
+    assert list(run.resume.changes) == ["hw.batch_size: auto -> 2"] and run.probe.every == 2
 
 
 @pytest.mark.parametrize(

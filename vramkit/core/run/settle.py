@@ -5,7 +5,9 @@
 2. ``settle(cfg)`` decides what the profile leaves open (detection, device check, the automatic
    fit, ``auto`` batch sizes, accumulation) and returns a ``Settlement``: a frozen, printable
    record whose ``overrides``, appended to the user's, say all of it (``hw.batch_size=826``,
-   ``+hw=t4`` for a detected profile, a remedy's ``trainer=…``).
+   ``+hw=t4`` for a detected profile, a remedy's ``trainer=…``). A change made to the composed
+   config in code before settling (the resume contract sets a resumed run's optimizer back to
+   the checkpoint's and records ``resume.changes``) becomes overrides too (``++key=value``).
 3. ``settled_config(settlement)`` composes the run's config once more, through Hydra's public
    compose API, from ``settlement.run_overrides``: what ``python train.py <run_overrides>``
    composes, the run folder's ``overrides.txt``.
@@ -51,6 +53,9 @@ class Settlement:
     """Each decision as it was logged (`hw: …` lines): detection, mapping, fit, batch sizes."""
     user_overrides: tuple[str, ...]
     """The overrides the user gave (the command line)."""
+    in_code: tuple[str, ...]
+    """Changes made to the composed config in code before settling (the resume contract's), as
+    overrides: `++key=value`, `~key` for a key removed."""
     overrides: tuple[str, ...]
     """The settlement's own overrides, appended to the user's to compose the run's config."""
     config_name: str
@@ -60,8 +65,9 @@ class Settlement:
 
     @property
     def run_overrides(self) -> tuple[str, ...]:
-        """The user's overrides and then the settlement's: the run's whole command line."""
-        return (*self.user_overrides, *self.overrides)
+        """The user's overrides, the changes made in code, and then the settlement's: the run's
+        whole command line."""
+        return (*self.user_overrides, *self.in_code, *self.overrides)
 
     def __str__(self) -> str:
         """The profile as the console shows it, what chose it, the remedy and the overrides (the
@@ -92,16 +98,21 @@ def settle(
     profile's own hardware). `user_overrides` and `config_name` default to the running Hydra
     app's (its command-line overrides, `hydra.searchpath` included, and primary config).
     Raises what `resolve_hardware` raises: `ProfileError`, `HardwareMismatchError`,
-    `DoesNotFitError`; `ChangedAfterComposition` when `cfg` is not what its overrides compose to.
+    `DoesNotFitError`. Where `cfg` is not what its overrides compose to (changed in code), the
+    changes are kept as overrides (`Settlement.in_code`).
     """
     user = tuple(_given_overrides() if user_overrides is None else user_overrides)
     name = config_name or _config_name()
     conf_dir = Path(cfg.paths.conf_dir)
 
-    def compose_with(extra: Sequence[str]) -> DictConfig:
-        return compose_run(name, [*user, *extra], conf_dir=conf_dir)
+    in_code = _changes_as_overrides(
+        OmegaConf.to_container(compose_run(name, user, conf_dir=conf_dir), resolve=False),
+        OmegaConf.to_container(cfg, resolve=False),
+    )
 
-    _check_composed(cfg, compose_with(()))
+    def compose_with(extra: Sequence[str]) -> DictConfig:
+        return compose_run(name, [*user, *in_code, *extra], conf_dir=conf_dir)
+
     if check_device and device is None:
         device = probe_device()
     records: list[dict] = []
@@ -138,35 +149,30 @@ def settle(
         fit_records=tuple(records),
         decisions=tuple(decisions),
         user_overrides=user,
+        in_code=in_code,
         overrides=(*base, *fields),
         config_name=name,
         conf_dir=str(conf_dir),
     )
 
 
-class ChangedAfterComposition(RuntimeError):
-    """A config changed in code after Hydra composed it: the run, composed again from the
-    overrides, would lose the change."""
-
-
-def _check_composed(cfg: DictConfig, composed: DictConfig) -> None:
-    given = OmegaConf.to_container(cfg, resolve=False)
-    again = OmegaConf.to_container(composed, resolve=False)
-    if given != again:
-        changed = sorted(_changed_keys(given, again))
-        raise ChangedAfterComposition(
-            f"the config differs from what its overrides compose to at {', '.join(changed)}: "
-            "the run's config is composed again from the overrides, so give each change as an "
-            "override (key=value) instead of setting it in code"
-        )
-
-
-def _changed_keys(given: object, again: object, prefix: str = "") -> Iterator[str]:
-    if isinstance(given, dict) and isinstance(again, dict):
-        for key in given.keys() | again.keys():
-            yield from _changed_keys(given.get(key), again.get(key), f"{prefix}{key}.")
-    elif given != again:
-        yield prefix.rstrip(".")
+def _changes_as_overrides(composed: object, changed: object, key: str = "") -> tuple[str, ...]:
+    """The overrides that turn the config `composed` into `changed` (both as containers): one
+    `++key=value` for each leaf added or changed, one `~key` for each key removed."""
+    if isinstance(composed, dict) and isinstance(changed, dict):
+        overrides: list[str] = []
+        for name in [*composed, *(k for k in changed if k not in composed)]:
+            path = f"{key}.{name}" if key else str(name)
+            if name not in changed:
+                overrides.append(f"~{path}")
+            elif name not in composed:
+                overrides.append(f"++{path}={_override_value(changed[name])}")
+            else:
+                overrides.extend(_changes_as_overrides(composed[name], changed[name], path))
+        return tuple(overrides)
+    if composed == changed:
+        return ()
+    return (f"++{key}={_override_value(changed)}",)
 
 
 class SettlementMismatch(RuntimeError):
@@ -237,6 +243,8 @@ def _override_value(value: object) -> str:
         return str(value).lower()
     if isinstance(value, tuple | list):
         return "[" + ",".join(_override_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_override_value(v)}" for k, v in value.items()) + "}"
     text = str(value)
     if isinstance(value, str):
         parsed = _parsed(text)
