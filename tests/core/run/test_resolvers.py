@@ -17,7 +17,6 @@ def test_composition_reads_the_profile_as_given_and_plans_nothing(compose_config
     assert (values["data"]["batch_size"], values["data"]["val_batch_size"]) == ("auto", "auto")
     assert values["data"]["num_workers"] == 0  # debug=smoke's, over the profile's 2
     assert values["trainer"]["precision"] == "16-mixed"
-    assert not OmegaConf.has_resolver("resolved_hw")
 
 
 def test_project_root_is_the_repository_unless_the_environment_moves_it(monkeypatch, tmp_path):

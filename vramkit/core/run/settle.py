@@ -196,12 +196,6 @@ def settled_config(settlement: Settlement) -> DictConfig:
     return cfg
 
 
-def settle_and_compose(cfg: DictConfig, **settle_arguments: Any) -> tuple[Settlement, DictConfig]:
-    """`settle(cfg, …)` and the run's config it composes to."""
-    settlement = settle(cfg, **settle_arguments)
-    return settlement, settled_config(settlement)
-
-
 def write_overrides(output_dir: Path, settlement: Settlement, name: str = RUN_OVERRIDES) -> Path:
     """Write the run's overrides into `output_dir/<name>`, one a line; return the path.
 
