@@ -7,6 +7,13 @@ target (no device check: a T4 plan is made on a laptop CPU), builds the task's d
 LightningModule, traces two optimizer steps and a validation step on fake tensors, and prints
 the breakdown per phase against the profile's budget, with remedies when it does not fit.
 "auto" batch sizes are searched: the largest that fit. `--json` prints one JSON object.
+
+    python scripts/plan_memory.py +hw=t4 [any train.py override] --print-config
+
+prints the run's config instead: the user's config settled for the profile's own hardware
+(`vramkit.core.run.settle`: auto batch sizes planned, the automatic fit's remedy applied) and
+composed again with the settlement's overrides, resolved, as `python train.py` on that hardware
+runs it. (`python train.py … --cfg job --resolve` shows the config before settlement: `auto`.)
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from vramkit.core.run.long_lived_imports import long_lived_imports
 
 with long_lived_imports(freeze=__name__ == "__main__"):
     from hydra.errors import HydraException
-    from omegaconf import DictConfig
+    from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from vramkit.core.hardware.profile import AUTO, HardwareProfile, ProfileError
@@ -29,6 +36,7 @@ with long_lived_imports(freeze=__name__ == "__main__"):
     from vramkit.core.run.compose import CONF_DIR, compose_config
     from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
     from vramkit.core.run.resolve_hardware import requested_profile
+    from vramkit.core.run.settle import settle, settled_config
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -39,6 +47,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--no-remedies", action="store_true", help="skip planning remedies when it does not fit"
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the run's config after settlement (batch sizes planned), not the plan",
     )
     return parser.parse_known_args(argv)
 
@@ -64,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg = compose_config("train", overrides)
         # other libraries' chatter off unless verbose=true (a bad value: exit 2 below)
         hide_library_chatter(output_settings(cfg.get("verbose"), config_file="conf/train.yaml"))
+        if args.print_config:
+            # Settled for the profile's own hardware: a T4's run, printed on a laptop's CPU.
+            settlement = settle(cfg, check_device=False, user_overrides=overrides)
+            print(OmegaConf.to_yaml(settled_config(settlement), resolve=True), end="")
+            return 0
         profile = requested_profile(cfg, conf_dir=CONF_DIR).profile
         plan = plan_task(
             cfg,

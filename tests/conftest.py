@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 import vramkit
 from vramkit.core.run import compose
@@ -70,11 +70,11 @@ def compose_config(tmp_path: Path, shared_data_dir: Path) -> Iterator[Callable[.
     """
 
     def _compose(*overrides: str, config_name: str = "train") -> DictConfig:
-        cfg = compose.compose_config(config_name, overrides, output_dir=tmp_path / "run")
-        with open_dict(cfg):
-            cfg.paths.log_dir = str(tmp_path / "logs")
-            cfg.paths.data_dir = str(shared_data_dir)
-        return cfg
+        # Paths as overrides, not set afterwards: a run composes its config again from them.
+        paths = (f"paths.log_dir={tmp_path / 'logs'}", f"paths.data_dir={shared_data_dir}")
+        return compose.compose_config(
+            config_name, (*overrides, *paths), output_dir=tmp_path / "run"
+        )
 
     yield _compose
     compose.forget_composition()  # later tests must not see this run's Hydra settings

@@ -75,7 +75,7 @@ def test_every_task_resolves(compose_config, task):
 def test_without_hw_the_cpu_profile_is_detected(compose_config):
     cfg = compose_config()
     assert "hw" not in cfg
-    profile = resolve_hardware(cfg, conf_dir=REPO_ROOT / "conf", device=CPU)
+    profile = resolve_hardware(cfg, conf_dir=REPO_ROOT / "conf", device=CPU).profile
     assert profile.name == "cpu"
     assert cfg.trainer.precision == "32-true"
 

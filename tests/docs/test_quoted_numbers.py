@@ -1,9 +1,9 @@
 """The numbers README.md and docs/ quote are what the commands print today.
 
 Every fenced block that starts with ``$ python scripts/plan_memory.py +hw=t4`` is compared, row by
-row, with a real run of that command, and the batch size the README says ``--cfg job --resolve``
-prints is checked against that command. A planner change that moves a number fails here until the
-page says the new one.
+row, with a real run of that command, and the batch size the README says the settled config
+(``plan_memory.py +hw=t4 --print-config``) prints is checked against that command. A planner
+change that moves a number fails here until the page says the new one.
 """
 
 from __future__ import annotations
@@ -96,18 +96,16 @@ def test_every_quoted_t4_plan_table_is_what_the_planner_prints(t4_plan):
             )
 
 
-def test_the_readme_batch_size_is_what_the_resolved_config_prints(
+def test_the_readme_batch_size_is_what_the_settled_config_prints(
     t4_plan, shared_data_dir, tmp_path
 ):
     readme = (ROOT / "README.md").read_text()
     quoted = re.search(r"prints `data\.batch_size: (\d+)`", readme)
     assert quoted, "README no longer quotes the resolved batch size"
     resolved = _run(
-        "train.py",
+        "scripts/plan_memory.py",
         "+hw=t4",
-        "--cfg",
-        "job",
-        "--resolve",
+        "--print-config",
         data_dir=shared_data_dir,
         log_dir=tmp_path,
     )

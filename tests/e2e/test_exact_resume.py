@@ -24,7 +24,7 @@ import cv2
 import lightning as L
 import pytest
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 from tiny_runs import TINY_ARC, flat_tensors
 
 from vramkit.core.run import compose
@@ -68,11 +68,9 @@ class KillSelf(L.Callback):
 
 
 def _config(run_dir: Path, data_dir: Path, *overrides: str) -> DictConfig:
-    cfg = compose.compose_config("train", [*TINY, *overrides], output_dir=run_dir)
-    with open_dict(cfg):
-        cfg.paths.log_dir = str(run_dir.parent / "logs")
-        cfg.paths.data_dir = str(data_dir)
-    return cfg
+    # Paths as overrides: a run composes its config again from them.
+    paths = (f"paths.log_dir={run_dir.parent / 'logs'}", f"paths.data_dir={data_dir}")
+    return compose.compose_config("train", [*TINY, *overrides, *paths], output_dir=run_dir)
 
 
 def _final_state(run_dir: Path) -> dict[str, Any]:
@@ -125,12 +123,14 @@ def _differences(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _run_killed(cfg: DictConfig, kill_at: tuple[str, int, int]) -> int | None:
-    with open_dict(cfg):
-        cfg.callbacks.kill_self = OmegaConf.create(
-            {"_target_": f"{KillSelf.__module__}.KillSelf", "hook": kill_at[0]}
-            | {"epoch": kill_at[1], "batch": kill_at[2]}
-        )
+def _killed_at(kill_at: tuple[str, int, int]) -> tuple[str, ...]:
+    """The overrides that add a `KillSelf` callback at (hook, epoch, batch)."""
+    hook, epoch, batch = kill_at
+    node = f"_target_:{KillSelf.__module__}.KillSelf,hook:{hook},epoch:{epoch},batch:{batch}"
+    return (f"+callbacks.kill_self={{{node}}}",)
+
+
+def _run_killed(cfg: DictConfig) -> int | None:
     child = multiprocessing.get_context("fork").Process(target=train, args=(cfg,))
     child.start()
     child.join(timeout=120)
@@ -183,7 +183,9 @@ def test_a_run_killed_anywhere_resumes_to_the_same_weights(
     run_dir = tmp_path / "run"
     workers_override = f"data.num_workers={workers}"
     try:
-        exit_code = _run_killed(_config(run_dir, shared_data_dir, workers_override), kill_at)
+        exit_code = _run_killed(
+            _config(run_dir, shared_data_dir, workers_override, *_killed_at(kill_at))
+        )
         assert exit_code == -signal.SIGKILL, f"the drill did not kill the run at {kill_at}"
         killed_at = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
         assert killed_at["global_step"] < EPOCHS * TRAIN_BATCHES, "nothing was left to resume"
@@ -254,10 +256,8 @@ SAGE_MID_EPOCH = (
 
 
 def _sage_config(run_dir: Path, *overrides: str) -> DictConfig:
-    cfg = compose.compose_config("train", [*SAGE_TINY, *overrides], output_dir=run_dir)
-    with open_dict(cfg):
-        cfg.paths.log_dir = str(run_dir.parent / "logs")
-    return cfg
+    logs = f"paths.log_dir={run_dir.parent / 'logs'}"
+    return compose.compose_config("train", [*SAGE_TINY, *overrides, logs], output_dir=run_dir)
 
 
 @pytest.mark.slow
@@ -269,7 +269,9 @@ def test_a_sage_run_killed_mid_epoch_resumes_to_the_same_weights(workers, tmp_pa
     straight_dir, run_dir = tmp_path / "straight", tmp_path / "run"
     try:
         train(_sage_config(straight_dir, workers_override))
-        exit_code = _run_killed(_sage_config(run_dir, workers_override), SAGE_MID_EPOCH)
+        exit_code = _run_killed(
+            _sage_config(run_dir, workers_override, *_killed_at(SAGE_MID_EPOCH))
+        )
         assert exit_code == -signal.SIGKILL, f"the drill did not kill the run at {SAGE_MID_EPOCH}"
         killed_at = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
         assert killed_at["global_step"] % SAGE_TRAIN_BATCHES != 0, "killed at an epoch boundary"

@@ -18,7 +18,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 from tiny_runs import TINY_ARC_ON_CPU
 from torch import nn
 
@@ -40,12 +40,10 @@ STUDENT = ("task=sage_distill", *TINY, "teacher.views=2", "model.report.repeats=
 
 
 def _compose(run_dir: Path, data_dir: Path, log_dir: Path, *overrides: str) -> DictConfig:
-    """Compose like ``python train.py <overrides>``, with this module's folders."""
-    cfg = compose_config("train", overrides, output_dir=run_dir)
-    with open_dict(cfg):
-        cfg.paths.log_dir = str(log_dir)
-        cfg.paths.data_dir = str(data_dir)
-    return cfg
+    """Compose like ``python train.py <overrides>``, with this module's folders (as overrides:
+    a run composes its config again from them)."""
+    paths = (f"paths.log_dir={log_dir}", f"paths.data_dir={data_dir}")
+    return compose_config("train", (*overrides, *paths), output_dir=run_dir)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra.core.hydra_config import HydraConfig
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "plan_memory.py"
@@ -59,6 +60,20 @@ def test_json_plan_of_the_default_task_on_a_t4(plan_memory, shared_data_dir, cap
     assert plan["allowances"]["cuda_context_gib"] == 0.6  # lazy module loading (cuda_rules.py)
 
 
+def test_print_config_prints_the_run_settled_for_the_profiles_gpu(
+    plan_memory, shared_data_dir, capsys
+):
+    status = plan_memory.main(
+        ["+hw=t4", "debug=smoke", f"paths.data_dir={shared_data_dir}", "--print-config"]
+    )
+    run = yaml.safe_load(capsys.readouterr().out)
+    assert status == 0
+    # planned on the T4 (this machine has none): every smoke sample fits in one batch
+    assert (run["data"]["batch_size"], run["data"]["val_batch_size"]) == (16, 4)
+    assert run["hw"]["batch_size"] == 16 and run["trainer"]["precision"] == "16-mixed"
+    assert run["data"]["num_workers"] == 0  # debug=smoke's, over the profile's 2
+
+
 def test_a_profile_typo_is_an_error_naming_the_key(plan_memory, capsys):
     status = plan_memory.main(["+hw=t4", "+hw.precison=16-mixed"])
     error = capsys.readouterr().err
@@ -68,7 +83,7 @@ def test_a_profile_typo_is_an_error_naming_the_key(plan_memory, capsys):
 
 def test_a_users_own_module_and_datamodule_are_planned(plan_memory, monkeypatch, capsys):
     # docs/planner.md's recipe: drop the task's model and data, name your own classes, and let the
-    # datamodule read the planned batch sizes through ${resolved_hw:…}.
+    # datamodule read the planned batch sizes through ${hw.…}.
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "core" / "planner"))
     status = plan_memory.main(
         [
@@ -78,8 +93,8 @@ def test_a_users_own_module_and_datamodule_are_planned(plan_memory, monkeypatch,
             "+model._target_=planning_models.TinyConvClassifier",
             "+model.optimizer={_target_:torch.optim.AdamW,_partial_:true}",
             "+data._target_=planning_models.RandomImageDataModule",
-            "+data.batch_size=${resolved_hw:batch_size}",
-            "+data.val_batch_size=${resolved_hw:val_batch_size}",
+            "+data.batch_size=${hw.batch_size}",
+            "+data.val_batch_size=${hw.val_batch_size}",
             "+data.train_length=64",
             "+data.val_length=16",
             "--json",

@@ -84,8 +84,8 @@ DATAMODULE_METHODS: Mapping[str, str] = {
 """The methods a workload's LightningDataModule defines."""
 
 DATA_KEYS: Mapping[str, str] = {
-    "batch_size": "the training batch the profile decides: ${resolved_hw:batch_size}",
-    "val_batch_size": "the validation batch the profile decides: ${resolved_hw:val_batch_size}",
+    "batch_size": "the training batch the profile decides: ${hw.batch_size}",
+    "val_batch_size": "the validation batch the profile decides: ${hw.val_batch_size}",
 }
 """The keys of the data node: the hardware profile sets the loaders' batch sizes through them."""
 

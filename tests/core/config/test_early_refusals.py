@@ -31,7 +31,7 @@ CONF = REPO / "conf"
     ],
 )
 def test_bad_trainer_values_are_refused_naming_the_key(key, value, expected):
-    trainer = OmegaConf.create({"max_epochs": 3, "precision": "${resolved_hw:precision}"})
+    trainer = OmegaConf.create({"max_epochs": 3, "precision": "${hw.precision}"})
     trainer[key] = value
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(")):
         check_trainer(trainer)
@@ -42,7 +42,7 @@ def test_good_trainer_values_and_profile_interpolations_pass():
         {
             "max_epochs": 3,
             "max_time": "00:12:30:00",
-            "precision": "${resolved_hw:precision}",  # settled with the profile, not here
+            "precision": "${hw.precision}",  # settled with the profile, not here
             "strategy": {"_target_": "anything"},  # left to Lightning
         }
     )

@@ -28,7 +28,7 @@ def test_only_the_torch_backend_plans_the_eval_batch(
         raise _Settled
 
     monkeypatch.setattr(evaluate_module, "enforce_resume_contract", lambda cfg: [])
-    monkeypatch.setattr(evaluate_module, "resolve_hardware", settle)
+    monkeypatch.setattr(evaluate_module, "settle", settle)
     with pytest.raises(_Settled):
         evaluate_module.evaluate(cfg)
     assert asked["plan_batches"] is False

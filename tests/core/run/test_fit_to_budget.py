@@ -22,9 +22,8 @@ from vramkit.core.planner.decisions.plan import INFERENCE, TRAIN, VAL
 from vramkit.core.planner.decisions.task_plan import MemoryPlan
 from vramkit.core.planner.errors import DoesNotFitError
 from vramkit.core.run import fit_to_budget as fit_module
-from vramkit.core.run.compose import CONF_DIR
 from vramkit.core.run.fit_to_budget import FIT_DECISION, fit_to_budget, write_fit_decision
-from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.settle import settle, settled_config
 from vramkit.core.run.train import train
 from vramkit.core.units import GIB
 
@@ -94,17 +93,15 @@ def profile(budget_gib: float, **changes):
 
 def test_a_run_that_fits_is_left_alone(formula):
     cfg = run_config()
-    outcome = fit_to_budget(cfg, profile(40.0), rehearsal=False, conf_dir=CONF_DIR)
+    outcome = fit_to_budget(cfg, profile(40.0), rehearsal=False)
     assert outcome.decision is None and not outcome.applied and outcome.record() is None
     assert cfg == run_config()
 
 
 @needs_bitsandbytes
-def test_auto_applies_exactly_the_printed_overrides(formula):
+def test_auto_hands_back_exactly_the_printed_overrides(formula):
     cfg, lines = run_config(), []
-    outcome = fit_to_budget(
-        cfg, profile(15.0), rehearsal=False, conf_dir=CONF_DIR, echo=lines.append
-    )
+    outcome = fit_to_budget(cfg, profile(15.0), rehearsal=False, echo=lines.append)
     assert outcome.applied
     (applies,) = [line for line in lines if "automatic fit (hw.fit=auto) applies: " in line]
     printed = applies.split("applies: ", 1)[1].split(" (", 1)[0]
@@ -112,10 +109,8 @@ def test_auto_applies_exactly_the_printed_overrides(formula):
     assert printed == (
         "model.gradient_checkpointing=true model.optimizer._target_=bitsandbytes.optim.AdamW8bit"
     )
-    expected = run_config()
-    expected.model.gradient_checkpointing = True
-    expected.model.optimizer._target_ = "bitsandbytes.optim.AdamW8bit"
-    assert cfg == expected
+    assert outcome.remedy == tuple(printed.split())  # composed into the run's config
+    assert cfg == run_config()  # the user's config is left as composed
     table = next(line for line in lines if "remedies tried from cheapest" in line)
     assert "<- chosen" in table and "16.600" in table  # checkpointing alone, traced
     assert outcome.record()["applied"] is True
@@ -124,7 +119,7 @@ def test_auto_applies_exactly_the_printed_overrides(formula):
 def test_off_refuses_with_the_remedies_listed(formula):
     cfg = run_config()
     with pytest.raises(DoesNotFitError) as refused:
-        fit_to_budget(cfg, profile(15.0, fit="off"), rehearsal=False, conf_dir=CONF_DIR)
+        fit_to_budget(cfg, profile(15.0, fit="off"), rehearsal=False)
     message = str(refused.value)
     assert "hw.fit=off" in message
     assert "model.gradient_checkpointing=true" in message
@@ -135,29 +130,25 @@ def test_off_refuses_with_the_remedies_listed(formula):
 @needs_bitsandbytes
 def test_a_cpu_rehearsal_says_what_the_gpu_run_would_apply_and_changes_nothing(formula):
     cfg, lines = run_config(), []
-    outcome = fit_to_budget(
-        cfg, profile(15.0), rehearsal=True, conf_dir=CONF_DIR, echo=lines.append
-    )
+    outcome = fit_to_budget(cfg, profile(15.0), rehearsal=True, echo=lines.append)
     assert not outcome.applied and outcome.record()["applied"] is False
     assert cfg == run_config()
     would = next(line for line in lines if "the run would apply:" in line)
     assert "model.gradient_checkpointing=true" in would and "rehearsal runs without it" in would
 
     lines.clear()
-    fit_to_budget(
-        cfg, profile(15.0, fit="off"), rehearsal=True, conf_dir=CONF_DIR, echo=lines.append
-    )
+    fit_to_budget(cfg, profile(15.0, fit="off"), rehearsal=True, echo=lines.append)
     assert any("would be refused (hw.fit=off)" in line for line in lines)
 
 
 def test_nothing_that_fits_is_a_refusal_naming_the_closest(formula):
     with pytest.raises(DoesNotFitError, match="no combination of remedies"):
-        fit_to_budget(run_config(), profile(2.0), rehearsal=False, conf_dir=CONF_DIR)
+        fit_to_budget(run_config(), profile(2.0), rehearsal=False)
 
 
 @needs_bitsandbytes
 def test_the_decision_is_written_as_json(formula, tmp_path):
-    outcome = fit_to_budget(run_config(), profile(15.0), rehearsal=False, conf_dir=CONF_DIR)
+    outcome = fit_to_budget(run_config(), profile(15.0), rehearsal=False)
     path = write_fit_decision(tmp_path, outcome.record())
     data = json.loads(path.read_text())
     assert path.name == FIT_DECISION
@@ -173,20 +164,17 @@ def test_the_fitted_run_is_the_run_with_the_printed_overrides(compose_config, ca
     with the printed overrides appended; both settle to the same config."""
     caplog.set_level(logging.INFO, logger="vramkit")
     memory = f"hw.memory_gib={TINY_BUDGET / GIB / 0.85}"
-    fitted = compose_config("+hw=t4", *TINY_TEXT, memory)
-    records: list[dict] = []
-    resolve_hardware(fitted, conf_dir=CONF_DIR, device=T4, fit_records=records)
-    (record,) = records
+    fitted = settle(compose_config("+hw=t4", *TINY_TEXT, memory), device=T4)
+    (record,) = fitted.fit_records
     assert record["applied"] and record["chosen"] == "micro-batch 2 × accumulate 2"
     printed = caplog.text.split("applies: ", 1)[1].split(" (", 1)[0].split()
     assert printed == record["overrides"] == ["hw.batch_size=2", "hw.accumulate_grad_batches=2"]
+    assert fitted.remedy == ("++hw.batch_size=2", "++hw.accumulate_grad_batches=2")
 
-    typed = compose_config("+hw=t4", *TINY_TEXT, memory, *printed)
-    again: list[dict] = []
-    resolve_hardware(typed, conf_dir=CONF_DIR, device=T4, fit_records=again)
-    assert again == []  # it fits as typed
-    assert OmegaConf.to_container(fitted, resolve=True) == OmegaConf.to_container(
-        typed, resolve=True
+    typed = settle(compose_config("+hw=t4", *TINY_TEXT, memory, *printed), device=T4)
+    assert typed.fit_records == ()  # it fits as typed
+    assert OmegaConf.to_container(settled_config(fitted), resolve=True) == OmegaConf.to_container(
+        settled_config(typed), resolve=True
     )
 
 

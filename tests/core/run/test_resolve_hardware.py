@@ -37,18 +37,18 @@ batch_size_defaults:
   train: 8
   val: 16
 data:
-  batch_size: ${{resolved_hw:batch_size}}
-  val_batch_size: ${{resolved_hw:val_batch_size}}
-  num_workers: ${{resolved_hw:num_workers}}
-  pin_memory: ${{resolved_hw:pin_memory}}
+  batch_size: ${{hw.batch_size}}
+  val_batch_size: ${{hw.val_batch_size}}
+  num_workers: ${{hw.num_workers}}
+  pin_memory: ${{hw.pin_memory}}
 trainer:
-  accelerator: ${{resolved_hw:accelerator}}
-  devices: ${{resolved_hw:devices}}
-  num_nodes: ${{resolved_hw:num_nodes}}
-  precision: ${{resolved_hw:precision}}
-  accumulate_grad_batches: ${{resolved_hw:accumulate_grad_batches}}
+  accelerator: ${{hw.accelerator}}
+  devices: ${{hw.devices}}
+  num_nodes: ${{hw.num_nodes}}
+  precision: ${{hw.precision}}
+  accumulate_grad_batches: ${{hw.accumulate_grad_batches}}
 model:
-  compile: ${{resolved_hw:compile}}
+  compile: ${{hw.compile}}
 """
 
 
@@ -96,7 +96,7 @@ def resolved(cfg: DictConfig) -> dict:
 
 def test_plus_hw_on_its_own_gpu_fills_every_interpolation(compose_hw, caplog):
     cfg = compose_hw("+hw=t4")
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4).profile
     values = resolved(cfg)
     assert values["trainer"] == {
         "accelerator": "gpu",
@@ -117,7 +117,7 @@ def test_plus_hw_on_its_own_gpu_fills_every_interpolation(compose_hw, caplog):
 def test_without_hw_a_fake_t4_is_detected(compose_hw, caplog):
     cfg = compose_hw()
     assert "hw" not in cfg
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4).profile
     assert profile.name == "t4"
     assert cfg.trainer.precision == "16-mixed"
     lines = [line for line in caplog.text.splitlines() if "detected" in line]
@@ -129,7 +129,7 @@ def test_without_hw_a_fake_t4_is_detected(compose_hw, caplog):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
 def test_without_hw_this_cpu_machine_gets_the_cpu_profile(compose_hw, caplog):
     cfg = compose_hw()
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR)
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR).profile
     assert profile.name == "cpu"
     assert resolved(cfg)["trainer"]["precision"] == "32-true"
     assert "no CUDA device" in caplog.text
@@ -147,7 +147,7 @@ def test_plus_hw_t4_on_this_cpu_machine_is_refused(compose_hw):
 
 def test_strict_false_rehearses_the_profile_on_the_cpu(compose_hw, caplog):
     cfg = compose_hw("+hw=t4", "hw.strict=false")
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=CPU_2)
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=CPU_2).profile
     values = resolved(cfg)
     assert values["trainer"]["accelerator"] == "cpu"
     assert values["trainer"]["precision"] == "32-true"
@@ -160,7 +160,7 @@ def test_strict_false_rehearses_the_profile_on_the_cpu(compose_hw, caplog):
 
 def test_hw_keys_without_a_profile_refine_the_detected_one(compose_hw, caplog):
     cfg = compose_hw("+hw.batch_size=4")
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4).profile
     assert (profile.name, profile.batch_size, profile.val_batch_size) == ("t4", 4, 16)
     assert resolved(cfg)["data"]["batch_size"] == 4
     assert "hw keys given on top: batch_size" in caplog.text
@@ -197,7 +197,7 @@ def test_wrong_type_names_the_key_the_type_and_the_file(compose_hw):
 
 def test_target_effective_batch_sets_accumulation(compose_hw, caplog):
     cfg = compose_hw("+hw=t4", "hw.batch_size=6", "hw.target_effective_batch=64")
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4).profile
     assert profile.accumulate_grad_batches == 11  # ceil(64 / 6)
     assert resolved(cfg)["trainer"]["accumulate_grad_batches"] == 11
     assert (profile.batch_size, profile.val_batch_size) == (6, 16)
@@ -206,7 +206,7 @@ def test_target_effective_batch_sets_accumulation(compose_hw, caplog):
 
 def test_num_nodes_reaches_the_trainer_and_divides_the_target_global_batch(compose_hw, caplog):
     cfg = compose_hw("+hw=t4", "hw.batch_size=4", "hw.num_nodes=2", "hw.target_effective_batch=64")
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4).profile
     assert profile.accumulate_grad_batches == 8  # ceil(64 / (4 per device × 1 device × 2 nodes))
     trainer = resolved(cfg)["trainer"]
     assert (trainer["num_nodes"], trainer["accumulate_grad_batches"]) == (2, 8)

@@ -26,7 +26,7 @@ FIRST_RUN = ("+hw=cpu", "debug=smoke")
 
 def _model(cfg: DictConfig) -> torch.nn.Module:
     node = OmegaConf.create(OmegaConf.to_container(cfg.model, resolve=False))
-    node.compile = False  # ${resolved_hw:compile} cannot resolve outside its config
+    node.compile = False  # ${hw.compile} cannot resolve outside its config
     return instantiate(node)
 
 
@@ -156,9 +156,9 @@ def test_the_hydra_callback_refuses_in_one_line_exit_2(compose_config, tmp_path,
 
 
 def test_exactness_changes_compare_unresolved_leaves_and_absent_keys():
-    old = OmegaConf.create({"data": {"batch_size": "${resolved_hw:batch_size}"}, "seed": 1})
+    old = OmegaConf.create({"data": {"batch_size": "${hw.batch_size}"}, "seed": 1})
     new = OmegaConf.create(
-        {"data": {"batch_size": "${resolved_hw:batch_size}", "extra": 3}, "seed": 1, "x": 2}
+        {"data": {"batch_size": "${hw.batch_size}", "extra": 3}, "seed": 1, "x": 2}
     )
     assert exactness_changes(old, new) == [("data.extra", "<absent>", 3)]
 

@@ -9,10 +9,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from vramkit import compare_runs
+from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.run.compose import compose_config
 from vramkit.core.run.resolvers import register_resolvers
-from vramkit.core.run.run_diff import CHANGES, NEUTRAL, compare, load_run
+from vramkit.core.run.run_diff import CHANGES, NEUTRAL, compare, load_overrides, load_run
 from vramkit.core.run.run_record import RECORD_NAME, code_version, write_run_record
+from vramkit.core.run.settle import settle, write_overrides
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -148,3 +150,27 @@ def test_a_corrupt_run_record_is_an_error_not_a_difference(tmp_path, capsys, fil
     assert compare_runs.main([str(run), str(run)]) == 2
     err = capsys.readouterr().err
     assert says in err and file in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_overrides_only_one_run_has_are_listed_as_typed(tmp_path, capsys):
+    cpu = DeviceInfo("cpu", "CPU", 16.0, None, count=0, cpu_count=2)
+    folders = []
+    for name, extra in (("a", []), ("b", ["model.optimizer.lr=0.002", "hw.batch_size=3"])):
+        folder = _run_folder(tmp_path, name, extra)
+        cfg = compose_config("train", ["+hw=cpu", "debug=smoke", *extra], output_dir=folder)
+        write_overrides(folder, settle(cfg, device=cpu, plan_batches=False))
+        folders.append(folder)
+    assert "+hw=cpu" in load_overrides(folders[0] / "checkpoints" / "last.ckpt")
+    assert compare_runs.main([str(f) for f in folders]) == 1
+    out = capsys.readouterr().out.splitlines()
+    default_batch = compose_config("train", ["debug=smoke"]).batch_size_defaults.train
+    only_a = f"paths.output_dir={folders[0]} ++hw.batch_size={default_batch}"
+    only_b = f"paths.output_dir={folders[1]} model.optimizer.lr=0.002 hw.batch_size=3"
+    assert out[1:3] == [
+        f"overrides only {folders[0]} has (overrides.txt): {only_a}",
+        f"overrides only {folders[1]} has (overrides.txt): {only_b}",
+    ]
+
+
+def test_a_run_without_overrides_txt_is_compared_without_them(tmp_path):
+    assert load_overrides(_run_folder(tmp_path, "old", [])) is None

@@ -12,8 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from omegaconf import OmegaConf
 
 from vramkit.core.run.evaluate import SCORES_NAME, evaluate
+from vramkit.core.run.run_folder import RUN_OVERRIDES, read_run_overrides
+from vramkit.core.run.settle import settle, settled_config
 from vramkit.core.run.train import train
 from vramkit.tasks.text_detection.icdar_eval import evaluate_folders
 from vramkit.tasks.text_detection.module import TextDetectionModule
@@ -40,7 +44,13 @@ def test_fast_dev_run_of_the_default_task(compose_config):
         "data.val_image_size=128",
     )
     train(cfg)
-    assert (Path(cfg.paths.output_dir) / "resolved_config.yaml").is_file()
+    run_dir = Path(cfg.paths.output_dir)
+    resolved = yaml.safe_load((run_dir / "resolved_config.yaml").read_text())
+    # the recorded overrides repeat the run: the same config, nothing left to settle
+    again = settle(compose_config(*read_run_overrides(run_dir / RUN_OVERRIDES)))
+    assert again.overrides == ()
+    assert OmegaConf.to_container(settled_config(again), resolve=True) == resolved
+    assert resolved["data"]["batch_size"] == again.profile.batch_size  # explicit, not "auto"
 
 
 CHATTER = (
@@ -101,8 +111,9 @@ def test_smoke_run_prints_no_chatter_and_logs_documented_metrics(
     report = (run_dir / "report.html").read_text()
     assert "report/loss.png" in report and "report/task_detections.png" in report
 
-    eval_cfg = compose_config(*TINY, f"ckpt_path={last}", config_name="eval")
-    eval_cfg.predictions_dir = str(run_dir / "predictions")
+    eval_cfg = compose_config(
+        *TINY, f"ckpt_path={last}", f"predictions_dir={run_dir / 'predictions'}", config_name="eval"
+    )
     metrics = evaluate(eval_cfg)
     assert json.loads((Path(eval_cfg.paths.output_dir) / SCORES_NAME).read_text()) == metrics
     submissions = sorted((run_dir / "predictions").glob("res_*.txt"))
@@ -122,8 +133,13 @@ def test_a_run_resumes_from_its_last_checkpoint(compose_config):
     first = compose_config(*TINY, "logger=csv")
     train(first)
     last = Path(first.paths.output_dir) / "checkpoints" / "last.ckpt"
-    resumed = compose_config(*TINY, "logger=csv", "trainer.max_epochs=2", f"ckpt_path={last}")
-    resumed.paths.output_dir = str(Path(first.paths.output_dir).parent / "resumed")
+    resumed = compose_config(
+        *TINY,
+        "logger=csv",
+        "trainer.max_epochs=2",
+        f"ckpt_path={last}",
+        f"paths.output_dir={Path(first.paths.output_dir).parent / 'resumed'}",
+    )
     before = torch.load(last, weights_only=True)
     train(resumed)
     after = torch.load(

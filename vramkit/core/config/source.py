@@ -45,7 +45,7 @@ def command_line_overrides() -> tuple[str, ...]:
     """The running Hydra app's command-line overrides, as typed; () outside a Hydra app.
 
     Read without resolving: an override may hold an interpolation (``data.batch_size=
-    ${resolved_hw:batch_size}``) that is the user's text here, not a value to compute.
+    ${hw.batch_size}``) that is the user's text here, not a value to compute.
     """
     if not HydraConfig.initialized():
         return ()

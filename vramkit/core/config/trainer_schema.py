@@ -61,7 +61,7 @@ class TrainerSettings:
 def check_trainer(trainer: DictConfig) -> TrainerSettings:
     """The trainer config's typed keys, or a `ConfigError` naming each bad one with its file."""
     known = {f.name for f in fields(TrainerSettings)}
-    # Unresolved: the profile's interpolations (${resolved_hw:…}) are checked when the profile
+    # Unresolved: the profile's interpolations (${hw.…}) are checked when the profile
     # settles; what is checked here is what the files and the command line set as values.
     values: dict[str, Any] = {
         key: value

@@ -1,8 +1,10 @@
-"""The one way to compose the project's config outside ``@hydra.main``: scripts, benchmarks, tests.
+"""The one way to compose the project's config: scripts, benchmarks, tests, and the run itself.
 
 ``compose_config("train", overrides)`` gives what ``python train.py <overrides>`` gets: the same
 defaults list, the same resolvers, and Hydra's run context (``+hw=`` choice, the command-line
 overrides) registered, so error messages can name the file and override a value came from.
+``compose_run`` composes a run's config again, with the settlement's overrides appended
+(:mod:`vramkit.core.run.settle`), through Hydra's public compose API.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from omegaconf import DictConfig, open_dict
 
 from vramkit.core.run.resolvers import CONF_DIR, REPO_ROOT, register_resolvers
 
-__all__ = ["CONF_DIR", "REPO_ROOT", "compose_config", "forget_composition"]
+__all__ = ["CONF_DIR", "REPO_ROOT", "compose_config", "compose_run", "forget_composition"]
 
 
 def compose_config(
@@ -31,20 +33,34 @@ def compose_config(
 
     Hydra's run settings are registered (so ``+hw=`` choices and overrides are known) and then
     dropped from the returned config, as under ``@hydra.main``. ``output_dir`` takes the place of
-    Hydra's run folder (``paths.output_dir``; required when the config is resolved, since no
-    Hydra run creates one here); the caller moves other paths with overrides
-    (``paths.data_dir=...``).
+    Hydra's run folder (the override ``paths.output_dir=<output_dir>`` before the others, so a
+    run's config composed again keeps it; required when the config is resolved, since no Hydra run
+    creates one here); the caller moves other paths with overrides (``paths.data_dir=...``).
     """
     register_resolvers()
+    if output_dir is not None:  # first: an override of the caller's own moves it again
+        overrides = [f"paths.output_dir={output_dir}", *overrides]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(Path(conf_dir)), version_base="1.3"):
-        cfg = compose(config_name, overrides=list(overrides), return_hydra_config=True)
+        cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)
     with open_dict(cfg):
-        if output_dir is not None and "paths" in cfg:
-            cfg.paths.output_dir = str(output_dir)
         del cfg.hydra
     return cfg
+
+
+def compose_run(config_name: str, overrides: Sequence[str], *, conf_dir: Path) -> DictConfig:
+    """``<config_name>.yaml`` with ``overrides``, through Hydra's public compose API.
+
+    Inside a Hydra app (``@hydra.main``, whose GlobalHydra stays initialised while the task runs)
+    the app's config search path composes it; elsewhere ``conf_dir`` is initialised for this one
+    composition. Hydra's run context is left as it is: messages keep naming the user's overrides.
+    """
+    register_resolvers()
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name, overrides=list(overrides))
+    with initialize_config_dir(config_dir=str(Path(conf_dir)), version_base="1.3"):
+        return compose(config_name, overrides=list(overrides))
 
 
 def forget_composition() -> None:

@@ -10,12 +10,11 @@ import lightning as L
 from omegaconf import DictConfig
 
 from vramkit.core.config.instantiate import instantiate, instantiate_group
-from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.eval_backend import backend_settings, prepare_model
 from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
 from vramkit.core.run.loggers import finish_wandb
-from vramkit.core.run.resolve_hardware import resolve_hardware
 from vramkit.core.run.resume_contract import enforce_resume_contract
+from vramkit.core.run.settle import settle, settled_config
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +36,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     enforce_resume_contract(cfg)  # a readable checkpoint of this task and model, checked first
     # Evaluation never trains: only the inference phase is planned (its batch size on a GPU).
     # onnxruntime runs the network on the CPU (onnx_inference.py): nothing to plan on the GPU.
-    profile = resolve_hardware(
-        cfg,
-        conf_dir=Path(cfg.paths.conf_dir),
-        plan_batches=False,
-        plan_inference=backend.backend == "torch",
-    )
-    log.info("Hardware profile\n%s", describe_profile(profile))
+    settlement = settle(cfg, plan_batches=False, plan_inference=backend.backend == "torch")
+    cfg = settled_config(settlement)
+    log.info("Hardware profile\n%s", settlement)
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
 

@@ -3,10 +3,10 @@
 `resolve_hardware` calls `fit_to_budget` once the profile is checked against the device. With
 `hw.fit: auto` a run over budget takes the cheapest remedy that fits
 (`vramkit.core.planner.decisions.auto_fit`): the table of what was traced is printed, the chosen
-overrides are applied to the composed config before anything is built, and the decision is kept
-for the run folder (`fit_decision.json`). With `hw.fit: off` the run is refused with the remedies
-listed. A GPU profile rehearsed on a CPU (`hw.strict=false`) says what it would do on its GPU and
-runs without it.
+overrides are handed back to be composed into the run's config (`vramkit.core.run.settle`) before
+anything is built, and the decision is kept for the run folder (`fit_decision.json`). With
+`hw.fit: off` the run is refused with the remedies listed. A GPU profile rehearsed on a CPU
+(`hw.strict=false`) says what it would do on its GPU and runs without it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from vramkit.core.planner.decisions.plan import TRAIN, VAL
 from vramkit.core.planner.decisions.remedies import propose_remedies
 from vramkit.core.planner.decisions.task_plan import MemoryPlan, plan_task, run_sharding
 from vramkit.core.planner.errors import DoesNotFitError
-from vramkit.core.run.append_overrides import append_overrides
 from vramkit.core.units import GIB
 
 FIT_DECISION = "fit_decision.json"
@@ -56,7 +55,19 @@ class FitOutcome:
     decision: FitDecision | None
     """The automatic fit's candidates and choice; None when the run fits."""
     applied: bool
-    """The chosen overrides were applied to the config (not on a CPU rehearsal)."""
+    """The chosen overrides are for the run to apply (not on a CPU rehearsal)."""
+
+    @property
+    def remedy(self) -> tuple[str, ...]:
+        """The applied remedy's overrides, appended to the user's to compose the run's config:
+        `hw.` keys as `++hw.key=…` (added or replaced, with or without a `+hw=` profile); () when
+        nothing is applied."""
+        if not self.applied or self.decision is None or self.decision.chosen is None:
+            return ()
+        return tuple(
+            f"++{o.lstrip('+')}" if o.lstrip("+").startswith("hw.") else o
+            for o in self.decision.chosen.overrides
+        )
 
     def record(self) -> dict[str, Any] | None:
         """The contents of `fit_decision.json`; None when the run fits."""
@@ -71,7 +82,6 @@ def fit_to_budget(
     profile: HardwareProfile,
     *,
     rehearsal: bool,
-    conf_dir: Path,
     typed: Callable[[str], str] = str,
     echo: Callable[[str], None] = log.info,
 ) -> FitOutcome:
@@ -135,10 +145,6 @@ def fit_to_budget(
         )
         return FitOutcome(plan, decision, applied=False)
     echo(f"automatic fit (hw.fit=auto) applies: {line} ({why})")
-    # `+hw.key=…` adds a key Hydra's config lacks; here detection has written `cfg.hw` already,
-    # where the same value changes the key (the detected profile with the key on top either way).
-    untyped = [o.lstrip("+") if o.lstrip("+").startswith("hw.") else o for o in chosen.overrides]
-    append_overrides(cfg, untyped, conf_dir=conf_dir)
     return FitOutcome(plan, decision, applied=True)
 
 

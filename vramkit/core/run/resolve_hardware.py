@@ -1,9 +1,10 @@
-"""Turn `cfg.hw` (from `+hw=<profile>` or detection) into the settings a run uses.
+"""Settle `cfg.hw` (from `+hw=<profile>` or detection) into the settings a run uses.
 
-`resolve_hardware` is the first thing `train(cfg)` calls: it detects a profile when none was
-given, validates it, checks it against the device, resolves "auto" batch sizes and the target
-effective batch, and writes the final values back into `cfg.hw`, where the trainer and data
-configs read them through interpolation (`${hw.precision}`, `${hw.batch_size}`, …).
+`resolve_hardware` is the engine of `vramkit.core.run.settle`: it detects a profile when none was
+given, validates it, checks it against the device, plans the run (and, when it does not fit,
+composes the automatic fit's remedy into a config of its own), resolves "auto" batch sizes and
+the target effective batch, and writes the final values into the config's `hw` node, which the
+trainer and data configs read as plain interpolations (`${hw.precision}`, `${hw.batch_size}`, …).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import dataclasses
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,6 @@ from vramkit.core.hardware.profile import (
     override_key,
     validate_profile,
 )
-from vramkit.core.hardware.settled import mark_settled, settling
 from vramkit.core.planner.decisions.task_defaults import DEFAULTS_KEY, task_batch_default
 from vramkit.core.run.eval_batch import settle_eval_batch
 
@@ -46,6 +46,28 @@ _DATA_DEFAULTS = (
 
 log = logging.getLogger(__name__)
 
+ComposeWith = Callable[[Sequence[str]], DictConfig]
+"""The config the user's overrides compose to with the given overrides appended."""
+
+
+class RemedyNeedsComposition(RuntimeError):
+    """The automatic fit chose a remedy, and nothing was given to compose it into a config."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SettledHardware:
+    """What settling a config's hardware decided, and the config it was decided on."""
+
+    profile: HardwareProfile
+    """The run's profile: "auto" batch sizes and accumulation resolved."""
+    requested: RequestedProfile
+    """The profile the config asked for (or the machine's, detected), before any device check."""
+    config: DictConfig
+    """The config settled, its `hw` node holding `profile`: the one given or, after an automatic
+    fit, the one composed with `remedy` appended."""
+    remedy: tuple[str, ...]
+    """The automatic fit's overrides composed into `config`; () when none was applied."""
+
 
 def resolve_hardware(
     cfg: DictConfig,
@@ -55,58 +77,52 @@ def resolve_hardware(
     plan_batches: bool = True,
     check_device: bool = True,
     fit_records: list[dict] | None = None,
+    compose_with: ComposeWith | None = None,
     plan_inference: bool = False,
-) -> HardwareProfile:
-    """Settle the run's hardware profile and write it into `cfg.hw`; return it.
+) -> SettledHardware:
+    """Settle the run's hardware profile and write it into `cfg.hw` (or, after an automatic fit,
+    into the config composed with the remedy); return what was settled.
 
     Without `cfg.hw` (no `+hw=` given) the profile is detected from `device` (probed when None)
     and loaded from `conf_dir/hw/<name>.yaml`; `hw.*` keys given without a profile are merged on
     top. On a GPU profile with a model and data to plan (and `plan_batches` true) the memory
-    planner plans the requested run: when it does not fit, `hw.fit: auto` applies the cheapest
-    remedy that fits to `cfg` (its overrides, as if typed after the command) and `hw.fit: off`
-    refuses with the remedies listed; a GPU profile rehearsed on a CPU (`hw.strict=false`) only
-    says what it would do. "auto" batch sizes then come from the planner (else, and on a CPU,
-    from the task's stated defaults). Raises `ProfileError` for an invalid profile or missing
-    data defaults, `HardwareMismatchError` when a strict profile does not fit the device, and
-    the planner's `DoesNotFitError` when the run does not fit and is not fitted. Prints one line
-    for each decision it takes (detection, mapping, memory cap, fit, auto batch sizes,
-    accumulation). With `check_device=False` the profile is settled for its own hardware (a
-    preview, as `--cfg job --resolve` shows it): no device check and no memory cap. When the
-    plan did not fit, what the fit decided is appended to `fit_records` (the contents of the
-    run folder's `fit_decision.json`). `cfg` is marked settled on return, so the
-    `${resolved_hw:…}` interpolations read `cfg.hw` from then on. With `plan_inference` (eval.py)
-    a GPU profile's `val_batch_size` is the inference plan's (`settle_eval_batch`).
+    planner plans the requested run: when it does not fit, `hw.fit: auto` takes the cheapest
+    remedy that fits and settles the config `compose_with(remedy)` gives instead (raises
+    `RemedyNeedsComposition` without `compose_with`); `hw.fit: off` refuses with the remedies
+    listed; a GPU profile rehearsed on a CPU (`hw.strict=false`) only says what it would do.
+    "auto" batch sizes then come from the planner (else, and on a CPU, from the task's stated
+    defaults). Raises `ProfileError` for an invalid profile or missing data defaults,
+    `HardwareMismatchError` when a strict profile does not fit the device, and the planner's
+    `DoesNotFitError` when the run does not fit and is not fitted. Logs one line for each
+    decision it takes (detection, mapping, memory cap, fit, auto batch sizes, accumulation).
+    With `check_device=False` the profile is settled for its own hardware (a preview, as
+    `scripts/plan_memory.py --print-config` shows it): no device check and no memory cap. When
+    the plan did not fit, what the fit decided is appended to `fit_records` (the contents of
+    the run folder's `fit_decision.json`). With `plan_inference` (eval.py) a GPU profile's
+    `val_batch_size` is the inference plan's (`settle_eval_batch`).
     """
-    with settling(cfg):
-        profile = _settle(
-            cfg, conf_dir, device, plan_batches, check_device, fit_records, plan_inference
-        )
-    mark_settled(cfg)
-    return profile
-
-
-def _settle(
-    cfg: DictConfig,
-    conf_dir: Path,
-    device: DeviceInfo | None,
-    plan_batches: bool,
-    check_device: bool,
-    fit_records: list[dict] | None,
-    plan_inference: bool,
-) -> HardwareProfile:
     if check_device and device is None:
         device = probe_device()
     requested, profile = _checked_profile(cfg, conf_dir, device, check_device)
     plan = None
+    remedy: tuple[str, ...] = ()
     target = _fit_target(cfg, requested.profile, profile) if plan_batches else None
     if target is not None:
-        outcome = _fit(cfg, target, rehearsal=profile.accelerator != "gpu", conf_dir=conf_dir)
+        outcome = _fit(cfg, target, rehearsal=profile.accelerator != "gpu")
         if outcome is not None:
             record = outcome.record()
             if record is not None and fit_records is not None:
                 fit_records.append(record)
             if outcome.applied:
-                # The remedy's overrides changed `cfg`: settle its profile again, quietly.
+                if compose_with is None:
+                    raise RemedyNeedsComposition(
+                        f"the automatic fit chose {' '.join(outcome.remedy)}, and this caller "
+                        "gave no way to compose it: settle the config with "
+                        "vramkit.core.run.settle.settle"
+                    )
+                remedy = outcome.remedy
+                cfg = compose_with(remedy)
+                # The remedy's config: settle its profile again, quietly.
                 requested, profile = _checked_profile(
                     cfg, conf_dir, device, check_device, echo=False
                 )
@@ -125,7 +141,7 @@ def _settle(
         _check_gpu_host_memory(cfg, resolved, plan)
     with open_dict(cfg):
         cfg.hw = dataclasses.asdict(resolved)
-    return resolved
+    return SettledHardware(resolved, requested, cfg, remedy)
 
 
 def _checked_profile(
@@ -240,9 +256,7 @@ def _plannable(cfg: DictConfig) -> bool:
     )
 
 
-def _fit(
-    cfg: DictConfig, profile: HardwareProfile, *, rehearsal: bool, conf_dir: Path
-) -> FitOutcome | None:
+def _fit(cfg: DictConfig, profile: HardwareProfile, *, rehearsal: bool) -> FitOutcome | None:
     # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
     from vramkit.core.planner import DoesNotFitError, PlanningError
     from vramkit.core.run.fit_to_budget import fit_to_budget
@@ -250,9 +264,7 @@ def _fit(
     # Without `+hw=<profile>` Hydra has no `hw` node to change: the user types `+hw.key=…`.
     typed = _typed_override(HydraConfig.initialized() and _hydra_hw_context()[0] is None)
     try:
-        return fit_to_budget(
-            cfg, profile, rehearsal=rehearsal, conf_dir=conf_dir, typed=typed, echo=_echo
-        )
+        return fit_to_budget(cfg, profile, rehearsal=rehearsal, typed=typed, echo=_echo)
     except DoesNotFitError:
         raise
     except PlanningError as error:

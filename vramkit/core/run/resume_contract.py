@@ -20,7 +20,7 @@ line (exit status 2):
 
 The settings are compared with the newest config Hydra recorded in the checkpoint's run folder
 (``.hydra/config.yaml``, ``.hydra.resume_<n>/config.yaml``), unresolved, as both were composed: a
-``${resolved_hw:batch_size}`` that the planner settles compares equal to itself, and
+``${hw.batch_size}`` that the profile settles compares equal to itself, and
 ``hw.batch_size`` (what the user sets) is compared instead.
 """
 
@@ -74,7 +74,7 @@ state, and its hyper-parameters (learning rate, weight decay, betas) with it."""
 
 _MODEL_FLAGS = {"compile": False}
 """Model settings that change nothing in its parameters, set so that building it for the shape
-check reads no hardware profile (``compile: ${resolved_hw:compile}`` would plan one)."""
+check reads no hardware profile (``compile: ${hw.compile}`` needs one settled)."""
 
 _ABSENT = "<absent>"
 """How a setting one of two configs lacks reads in a list of changes."""

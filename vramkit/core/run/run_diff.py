@@ -2,8 +2,10 @@
 
 The brief's last report compared two training codes line by line to find the one change that
 mattered (a 5% warm-up default). A run folder holds what that takes: `resolved_config.yaml` (every
-value the run used) and `run_environment.json` (code version, libraries, device). Each differing
-config key is classified:
+value the run used), `overrides.txt` (the command line that composes it again: the user's
+overrides, then the settlement's) and `run_environment.json` (code version, libraries, device).
+The overrides only one of the runs has are listed first, as the user would type them; each
+differing config key is classified:
 
 - *changes training*: the model, loss and its weights, optimizer and learning rate, schedule and
   warm-up, precision, clipping, data and augmentation, seed, training length, and the global
@@ -28,6 +30,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from vramkit.core.run.run_folder import RUN_CONFIG as CONFIG_NAME
+from vramkit.core.run.run_folder import RUN_OVERRIDES, read_run_overrides
 from vramkit.core.run.run_record import RECORD_NAME
 
 CHANGES = "changes training"
@@ -127,6 +130,8 @@ class RunComparison:
     differences: list[KeyDifference] = field(default_factory=list)
     environment: list[tuple[str, Any, Any]] = field(default_factory=list)
     global_batch: tuple[int | None, int | None] = (None, None)
+    overrides: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    """The overrides (`overrides.txt`) only the first run has, and only the second has."""
 
     @property
     def training_changes(self) -> list[KeyDifference]:
@@ -167,6 +172,15 @@ def load_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     except json.JSONDecodeError as error:
         raise ValueError(f"{record_path}: not readable JSON ({error})") from None
     return flatten(config), record
+
+
+def load_overrides(path: Path) -> tuple[str, ...] | None:
+    """The overrides of a run folder (or of the run folder a checkpoint is in), from its
+    `overrides.txt`; None for a run recorded before runs wrote one."""
+    path = Path(path)
+    folder = path if path.is_dir() else _run_folder_of(path)
+    record = folder / RUN_OVERRIDES
+    return read_run_overrides(record) if record.is_file() else None
 
 
 def _first_line(error: yaml.YAMLError) -> str:
@@ -214,9 +228,21 @@ def global_batch(config: Mapping[str, Any]) -> int | None:
     return product
 
 
-def compare(a: Mapping[str, Any], b: Mapping[str, Any], records=({}, {})) -> RunComparison:
-    """Classify every difference between two flat configs (and their run records)."""
+def compare(
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    records=({}, {}),
+    overrides: tuple[tuple[str, ...] | None, tuple[str, ...] | None] = (None, None),
+) -> RunComparison:
+    """Classify every difference between two flat configs (and their run records); list the
+    overrides only one run has, where both recorded theirs."""
     result = RunComparison(global_batch=(global_batch(a), global_batch(b)))
+    first, second = overrides
+    if first is not None and second is not None:
+        result.overrides = (
+            tuple(o for o in first if o not in second),
+            tuple(o for o in second if o not in first),
+        )
     same_global_batch = result.global_batch[0] is not None and len(set(result.global_batch)) == 1
     for key in sorted(set(a) | set(b)):
         before, after = a.get(key, "<absent>"), b.get(key, "<absent>")
@@ -297,6 +323,9 @@ def _record_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tupl
 def report(comparison: RunComparison, names: tuple[str, str]) -> str:
     """The comparison as console lines, the verdict last."""
     lines = [f"comparing {names[0]} -> {names[1]}"]
+    for name, only in zip(names, comparison.overrides, strict=True):
+        if only:
+            lines.append(f"overrides only {name} has ({RUN_OVERRIDES}): {' '.join(only)}")
     for verdict in (CHANGES, NEUTRAL):
         rows = [d for d in comparison.differences if d.verdict == verdict]
         listed = [d for d in rows if d.kind != RUN_FOLDER]

@@ -33,6 +33,10 @@ from vramkit.core.config.schema import ConfigError
 RUN_CONFIG = "resolved_config.yaml"
 """The config a run used, written into its folder (a resumed run's get a ``resume_<n>`` name)."""
 
+RUN_OVERRIDES = "overrides.txt"
+"""The overrides that compose a run's config, one a line: the user's, then the settlement's
+(:mod:`vramkit.core.run.settle`); a resumed run's get a ``resume_<n>`` name."""
+
 CHECKPOINTS = "checkpoints"
 """The folder of a run's checkpoints (``callbacks.*.dirpath``)."""
 
@@ -122,3 +126,8 @@ def record_name(folder: str | Path, name: str) -> str:
         if not (folder / candidate).exists():
             return candidate
     raise AssertionError("unreachable")  # itertools.count never ends
+
+
+def read_run_overrides(path: str | Path) -> tuple[str, ...]:
+    """The overrides a run folder's ``overrides.txt`` (``path``) records, in order."""
+    return tuple(line for line in Path(path).read_text().splitlines() if line.strip())

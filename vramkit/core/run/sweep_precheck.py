@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from hydra import compose
@@ -31,8 +30,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vramkit.core.run.refusals import refusals_before_the_sweep
-from vramkit.core.run.resolve_hardware import resolve_hardware
 from vramkit.core.run.resume_contract import enforce_resume_contract
+from vramkit.core.run.settle import settle
 from vramkit.core.run.train import refuse_mistakes
 
 
@@ -91,7 +90,7 @@ def check_job(config_name: str | None, overrides: list[str]) -> None:
         with _quiet():
             refuse_mistakes(cfg)
             enforce_resume_contract(cfg)  # a checkpoint every job would fail to load
-            resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), plan_batches=False)
+            settle(cfg, plan_batches=False, user_overrides=overrides, config_name=config_name)
     finally:
         HydraConfig.instance().cfg = before
 

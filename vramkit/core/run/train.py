@@ -22,17 +22,16 @@ from vramkit.core.distributed.sync_batchnorm import (
     cpu_sync_batchnorm_arguments,
     needs_cpu_sync_batchnorm,
 )
-from vramkit.core.hardware.profile import describe_profile
 from vramkit.core.run.fit_to_budget import write_fit_decision
 from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
 from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.requeue import requeued_checkpoint
-from vramkit.core.run.resolve_hardware import resolve_hardware
 from vramkit.core.run.resume_contract import load_initial_weights
-from vramkit.core.run.run_folder import RUN_CONFIG, record_name
+from vramkit.core.run.run_folder import RUN_CONFIG, RUN_OVERRIDES, record_name
 from vramkit.core.run.run_record import RECORD_NAME, write_run_record
 from vramkit.core.run.run_summary import summary_lines
 from vramkit.core.run.seed import check_seed
+from vramkit.core.run.settle import Settlement, settle, settled_config, write_overrides
 from vramkit.core.workload import check_workload
 
 log = logging.getLogger(__name__)
@@ -50,15 +49,17 @@ def train(cfg: DictConfig) -> float | None:
     # Mistakes first, then hardware: a bad value, a misspelt key or a profile the machine cannot
     # honour must stop the run before any planning, data or model work.
     refuse_mistakes(cfg)
-    fit_records: list[dict] = []
-    profile = resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), fit_records=fit_records)
-    log.info("Hardware profile\n%s", describe_profile(profile))
+    # Settle, then compose: the profile's open values decided as overrides, and the run's config
+    # composed again from the user's overrides plus those (vramkit.core.run.settle).
+    settlement = settle(cfg)
+    cfg = settled_config(settlement)
+    log.info("Hardware profile\n%s", settlement)
     requeued = requeued_checkpoint(cfg, os.environ)
     if requeued is not None:  # recorded in the run's config like a resume the user asked for
         log.warning("a requeued job: resuming from %s", requeued)
         with open_dict(cfg):
             cfg.ckpt_path = str(requeued)
-    _record_config(cfg, Path(cfg.paths.output_dir), fit_records)
+    _record_config(cfg, Path(cfg.paths.output_dir), settlement)
 
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
@@ -115,11 +116,12 @@ def _log_summary(trainer: L.Trainer) -> None:
 
 
 @rank_zero_only
-def _record_config(cfg: DictConfig, output_dir: Path, fit_records: list[dict]) -> None:
+def _record_config(cfg: DictConfig, output_dir: Path, settlement: Settlement) -> None:
     # Once per run, not per DDP process; a resumed run keeps the first run's record.
     output_dir.mkdir(parents=True, exist_ok=True)
-    for record in fit_records:
+    for record in settlement.fit_records:
         write_fit_decision(output_dir, record)
+    write_overrides(output_dir, settlement, record_name(output_dir, RUN_OVERRIDES))
     config_name = record_name(output_dir, RUN_CONFIG)
     (output_dir / config_name).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     write_run_record(

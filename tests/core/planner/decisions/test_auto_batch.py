@@ -85,7 +85,7 @@ def test_a_global_target_batch_is_shared_by_every_process(small_t4_plan):
 def test_resolve_hardware_hands_the_planned_sizes_to_the_trainer_and_data(caplog):
     cfg = task_config(CONV_MODEL, IMAGE_DATA, t4_values(memory_gib=SMALL_T4_GIB), (16, 16))
     cfg.trainer.accumulate_grad_batches = "${hw.accumulate_grad_batches}"
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4).profile
     out = caplog.text
     assert "memory planner (t4, 16-mixed" in out
     assert isinstance(profile.batch_size, int) and profile.batch_size > 16
@@ -97,7 +97,7 @@ def test_resolve_hardware_hands_the_planned_sizes_to_the_trainer_and_data(caplog
 def test_on_a_cpu_auto_keeps_the_task_defaults(caplog):
     cfg = task_config(CONV_MODEL, IMAGE_DATA, {}, (12, 20))
     del cfg["hw"]
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=CPU)
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=CPU).profile
     assert (profile.batch_size, profile.val_batch_size) == (12, 20)
     assert "memory planner" not in caplog.text
 
@@ -105,7 +105,7 @@ def test_on_a_cpu_auto_keeps_the_task_defaults(caplog):
 def test_a_planned_run_leaves_the_prediction_for_its_report(tmp_path):
     cfg = task_config(CONV_MODEL, IMAGE_DATA, t4_values(memory_gib=SMALL_T4_GIB), (16, 16))
     cfg.paths = {"output_dir": str(tmp_path)}
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4)
+    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4).profile
     written = json.loads((tmp_path / "memory_plan.json").read_text())
     assert written["profile"] == "t4"
     assert written["train"]["batch_size"] == profile.batch_size

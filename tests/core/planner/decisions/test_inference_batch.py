@@ -129,7 +129,7 @@ def eval_config(caplog):
 def _eval_profile(cfg, device=T4):
     return resolve_hardware(
         cfg, conf_dir=CONF_DIR, device=device, plan_batches=False, plan_inference=True
-    )
+    ).profile
 
 
 def test_eval_auto_takes_the_inference_plans_batch_in_one_line(eval_config, caplog):

@@ -16,7 +16,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.hardware.profile import HardwareProfile
-from vramkit.core.hardware.settled import mark_settled
 from vramkit.core.planner.decisions.plan import INFERENCE, TRAIN, VAL, MemoryPlanner, PhasePlan
 from vramkit.core.planner.decisions.remedies import Remedy, propose_remedies
 from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
@@ -88,7 +87,6 @@ def planning_config(cfg: DictConfig, profile: HardwareProfile) -> DictConfig:
     values.update(num_workers=0, pin_memory=False)
     with open_dict(planning):
         planning.hw = OmegaConf.create(values)
-    mark_settled(planning)
     return planning
 
 

@@ -1,0 +1,119 @@
+"""Settle, then compose: the settlement's overrides turn the user's config into the run's."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf, open_dict
+
+from vramkit.core.hardware.detect import DeviceInfo
+from vramkit.core.run import compose
+from vramkit.core.run.run_folder import read_run_overrides
+from vramkit.core.run.settle import _override_value as override_value
+from vramkit.core.run.settle import (
+    settle,
+    settled_config,
+    write_overrides,
+)
+
+CPU_2 = DeviceInfo("cpu", "CPU", 16.0, None, count=0, cpu_count=2)
+T4 = DeviceInfo("cuda", "Tesla T4", 14.57, (7, 5), count=1, cpu_count=2)
+
+
+def test_a_cpu_run_settles_its_auto_batch_sizes_as_overrides(compose_config):
+    cfg = compose_config("+hw=cpu", "debug=smoke", "hw.val_batch_size=3")
+    settlement = settle(cfg, device=CPU_2, plan_batches=False)
+    assert cfg.hw.batch_size == "auto"  # the user's config is left as composed
+    train = cfg.batch_size_defaults.train
+    assert settlement.overrides == (f"++hw.batch_size={train}",)  # val was given: nothing to add
+    run = settled_config(settlement)
+    assert (run.data.batch_size, run.data.val_batch_size) == (train, 3)
+    assert settlement.run_overrides[-1] == f"++hw.batch_size={train}"
+    assert f"++hw.batch_size={train}" in str(settlement) and "hardware profile cpu" in str(
+        settlement
+    )
+
+
+def test_a_detected_profile_is_named_as_the_user_would_type_it(compose_config):
+    cfg = compose_config("debug=smoke")
+    settlement = settle(cfg, device=CPU_2, plan_batches=False)
+    assert settlement.detected and settlement.overrides[0] == "+hw=cpu"
+    assert settled_config(settlement).trainer.precision == "32-true"
+
+
+def test_keys_given_without_a_profile_stay_the_users_and_the_rest_is_added(compose_config):
+    cfg = compose_config("debug=smoke", "+hw.num_workers=0")
+    settlement = settle(cfg, device=CPU_2, plan_batches=False)
+    assert "+hw=cpu" not in settlement.overrides  # it would clash with the user's +hw.num_workers
+    assert "++hw.name=cpu" in settlement.overrides
+    assert not any(o.startswith("++hw.num_workers") for o in settlement.overrides)
+    assert settled_config(settlement).data.num_workers == 0
+
+
+def test_the_recorded_overrides_repeat_the_run_with_nothing_left_to_settle(
+    compose_config, tmp_path
+):
+    first = settle(compose_config("debug=smoke"), device=CPU_2, plan_batches=False)
+    path = write_overrides(tmp_path, first)
+    assert path.read_text().splitlines() == list(first.run_overrides)
+
+    again = settle(compose_config(*read_run_overrides(path)), device=CPU_2, plan_batches=False)
+    assert again.overrides == ()  # +hw=cpu and every batch size are explicit now
+    assert OmegaConf.to_container(settled_config(again), resolve=True) == OmegaConf.to_container(
+        settled_config(first), resolve=True
+    )
+
+
+def test_a_rehearsal_settles_its_mapped_values_and_repeats_as_itself(compose_config):
+    cfg = compose_config("+hw=t4", "hw.strict=false", "debug=smoke")
+    first = settle(cfg, device=CPU_2, plan_batches=False)
+    mapped = {"++hw.accelerator=cpu", "++hw.precision=32-true", "++hw.pin_memory=false"}
+    assert mapped <= set(first.overrides)  # what the CPU runs instead of the T4's settings
+    again = settle(compose_config(*first.run_overrides), device=CPU_2, plan_batches=False)
+    assert again.overrides == () and again.profile == first.profile
+
+
+def test_a_planned_t4_run_settles_the_planned_batch_sizes(compose_config):
+    cfg = compose_config("+hw=t4", "debug=smoke")
+    settlement = settle(cfg, device=T4)
+    # all 16 smoke images fit in one training batch: searched, not the task's default
+    assert {"++hw.batch_size=16", "++hw.val_batch_size=4"} <= set(settlement.overrides)
+    run = settled_config(settlement)
+    assert (run.data.batch_size, run.trainer.precision) == (16, "16-mixed")
+    assert any("batch" in line for line in settlement.decisions)
+
+
+def test_changes_made_in_code_are_kept_as_overrides(compose_config):
+    # what the resume contract does to a resumed run's config before train() settles it
+    cfg = compose_config("+hw=cpu", "debug=smoke")
+    with open_dict(cfg):
+        cfg.trainer.max_epochs = 7
+        cfg.resume.changes = ["hw.batch_size: auto -> 2"]
+        del cfg.trainer.log_every_n_steps
+        cfg.probe = {"every": 2}
+    settlement = settle(cfg, device=CPU_2, plan_batches=False)
+    assert set(settlement.in_code) == {
+        "++trainer.max_epochs=7",
+        "~trainer.log_every_n_steps",
+        "++resume.changes=['hw.batch_size: auto -> 2']",
+        "++probe={every:2}",
+    }
+    run = settled_config(settlement)
+    assert run.trainer.max_epochs == 7 and "log_every_n_steps" not in run.trainer
+    assert list(run.resume.changes) == ["hw.batch_size: auto -> 2"] and run.probe.every == 2
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["16-mixed", "7.5", "NVIDIA T4", r"\bT4\b", "it's", "auto", 14.6, 0.85, 3, None, True, ()],
+)
+def test_an_override_value_reads_back_as_itself(value):
+    parsed = OverridesParser.create().parse_override(f"k={override_value(value)}").value()
+    assert parsed == (list(value) if isinstance(value, tuple) else value)
+    assert type(parsed) is (list if isinstance(value, tuple) else type(value))
+
+
+@pytest.fixture(autouse=True)
+def _forget():
+    yield
+    compose.forget_composition()
