@@ -3,15 +3,18 @@
 from vramkit.core.run.long_lived_imports import long_lived_imports
 
 with long_lived_imports(freeze=__name__ == "__main__"):
+    import sys
+
     import hydra
     from omegaconf import DictConfig
 
+    from vramkit.core.run.config_preview import refuse_preview_without_profile
     from vramkit.core.run.evaluate import evaluate
     from vramkit.core.run.override_typos import did_you_mean_on_refusal
     from vramkit.core.run.refusals import refusals_as_messages
     from vramkit.core.run.resolvers import register_resolvers
 
-register_resolvers()  # before Hydra composes: the config reads the settled profile through them
+register_resolvers()  # before Hydra composes: run folders and paths are read through them
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
@@ -21,5 +24,6 @@ def main(cfg: DictConfig) -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    refuse_preview_without_profile(sys.argv[1:])  # --resolve needs a profile to read
     with did_you_mean_on_refusal("eval"):  # a misspelt key: the key it resembles
         main()

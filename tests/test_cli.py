@@ -72,3 +72,9 @@ def test_plan_hf_gives_train_val_and_an_inference_phase_without_training_state(c
     # --seq-len reaches the data: the logits of 2 sequences of 200 tokens over the vocabulary.
     shapes = [holder["largest_shape"] for holder in plan["inference"]["peak_holders"]]
     assert [2, 200, 50257] in shapes
+
+
+def test_train_resolve_without_a_profile_is_one_line(capsys):
+    assert main(["train", "--cfg", "job", "--resolve"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --resolve shows the config before the run settles")

@@ -217,11 +217,16 @@ def _hydra_app(config_name: str, run: Callable[[Any], Any], argv: Sequence[str])
     import hydra
 
     from vramkit.core.run.compose import CONF_DIR
+    from vramkit.core.run.config_preview import preview_problem
     from vramkit.core.run.override_typos import did_you_mean_on_refusal
     from vramkit.core.run.refusals import refusals_as_messages
     from vramkit.core.run.resolvers import register_resolvers
 
     register_resolvers()
+    problem = preview_problem(argv)
+    if problem is not None:  # --resolve with no +hw= profile for ${hw.…} to read
+        print(problem, file=sys.stderr)
+        return 2
 
     def main(cfg: Any) -> Any:
         with refusals_as_messages():

@@ -1,0 +1,42 @@
+"""``--cfg job --resolve`` with no ``+hw=`` profile is one line and exit 2, not OmegaConf's
+traceback for the missing ``${hw.…}`` values."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from vramkit.core.run.compose import REPO_ROOT
+from vramkit.core.run.config_preview import preview_problem, refuse_preview_without_profile
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["+hw=t4", "--cfg", "job", "--resolve"],  # a profile for ${hw.…} to read
+        ["++hw=cpu", "--cfg", "job", "--resolve"],
+        ["--cfg", "job"],  # unresolved: the interpolations are shown as written
+        ["debug=smoke"],  # a run settles its profile before anything reads it
+    ],
+)
+def test_a_preview_with_a_profile_or_without_resolving_is_left_to_hydra(argv):
+    assert preview_problem(argv) is None
+
+
+def test_resolving_without_a_profile_names_the_profiles_and_the_settled_view(capsys):
+    argv = ["+hw.batch_size=8", "--cfg", "job", "--resolve"]  # hw.* keys alone are no profile
+    with pytest.raises(SystemExit) as stop:
+        refuse_preview_without_profile(argv)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2
+    assert "no +hw=<profile> was given" in line and "t4" in line and "rtx2060_super" in line
+    assert "scripts/plan_memory.py +hw=<profile> --print-config" in line
+
+
+def test_train_py_refuses_before_hydra_composes(tmp_path):
+    command = [sys.executable, str(REPO_ROOT / "train.py"), "--cfg", "job", "--resolve"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: --resolve shows the config before the run settles")
