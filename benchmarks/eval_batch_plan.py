@@ -18,7 +18,9 @@ median and the min-max, and the file records the load and the CPU steal over the
 The synthetic data is rendered once under a temporary folder before any timing.
 
 ``python -m benchmarks.eval_batch_plan [--rounds N]`` writes ``results/eval_batch_plan.json``;
-docs/planner.md quotes its batch sizes and peaks (a test checks them).
+docs/planner.md quotes its batch sizes, peaks and traces (a test checks them) and its times.
+A round is about 30 plans' processes (2-3 minutes on the shared 2-core host); ``make bench`` runs
+one, the docs' numbers come from ``--rounds 3``.
 """
 
 from __future__ import annotations
@@ -196,7 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.eval_batch_plan", description=__doc__
     )
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds (default 3)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="timed rounds (default 1, for make bench's time)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)  # "<case index>:<kind>"
     parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
