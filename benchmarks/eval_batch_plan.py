@@ -19,8 +19,8 @@ The synthetic data is rendered once under a temporary folder before any timing.
 
 ``python -m benchmarks.eval_batch_plan [--rounds N]`` writes ``results/eval_batch_plan.json``;
 docs/planner.md quotes its batch sizes, peaks and traces (a test checks them) and its times.
-A round is about 30 plans' processes (2-3 minutes on the shared 2-core host); ``make bench`` runs
-one, the docs' numbers come from ``--rounds 3``.
+A round is 10 processes (one more renders the data first): ``make bench`` runs one (146 s on the
+loaded 2-core host), the docs' numbers come from ``--rounds 3`` (236 s).
 """
 
 from __future__ import annotations
