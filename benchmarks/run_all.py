@@ -25,6 +25,7 @@ BENCHMARKS = (
     "planner_field",
     "plan_speed",
     "inference",
+    "eval_batch_plan",
 )
 
 
@@ -100,6 +101,16 @@ def _headline(name: str, results: dict) -> tuple[str, str, bool]:
             f"int8 {min(int8)}-{max(int8)}x over PyTorch ({len(int8)} cases, 1 thread)",
             f">= {results['target_speedup']}x",
             max(int8) >= results["target_speedup"],
+        )
+    if name == "eval_batch_plan":
+        cases = results["cases"]
+        same = sum(case["eval_batch"] == case["full_plan_eval_batch"] for case in cases)
+        speedups = [case["full"]["median_s"] / case["inference"]["median_s"] for case in cases]
+        return (
+            f"eval batch as the full plan's in {same}/{len(cases)} cases, inference plan "
+            f"{min(speedups):.1f}-{max(speedups):.1f}x faster",
+            "same, faster",
+            same == len(cases) and min(speedups) > 1,
         )
     return (
         f"{results['val_train_time_ratio']}",

@@ -6,6 +6,7 @@ refusal costs a composition, not an interpreter start; the refusals exit before 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -21,15 +22,23 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _train_py(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     """Run ``python train.py <args>`` here; its exit status and stderr."""
-    spec = importlib.util.spec_from_file_location("train_entry", REPO / "train.py")
+    return _entry_point(monkeypatch, capsys, "train.py", *args)
+
+
+def _entry_point(monkeypatch, capsys, script: str, *args: str) -> tuple[int, str]:
+    """Run ``python <script> <args>`` (a path from the repository root) here; its exit status
+    and stderr."""
+    spec = importlib.util.spec_from_file_location("entry_point", REPO / script)
     entry = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(entry)
     # Hydra finds conf/ beside the file of a task function defined in __main__, as when run
     entry.main.__wrapped__.__module__ = "__main__"
-    monkeypatch.setattr(sys, "argv", ["train.py", *args])
+    monkeypatch.setattr(sys, "argv", [script, *args])
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    typos = getattr(entry, "did_you_mean_on_refusal", None)  # scripts/export.py has none
+    around = typos(Path(script).stem) if typos else contextlib.nullcontext()
     try:
-        with pytest.raises(SystemExit) as stop, entry.did_you_mean_on_refusal("train"):
+        with pytest.raises(SystemExit) as stop, around:
             entry.main()
     finally:
         GlobalHydra.instance().clear()
@@ -59,6 +68,26 @@ def test_a_refused_run_leaves_no_run_folder(monkeypatch, capsys, tmp_path, mista
     code, err = _train_py(monkeypatch, capsys, "debug=smoke", f"paths.log_dir={logs}", mistake)
     assert code == 2, err
     assert says in err and "Traceback" not in err and "HYDRA_FULL_ERROR" not in err
+    assert not logs.exists(), "a refusal before any work leaves no folder"
+
+
+@pytest.mark.parametrize(
+    ("script", "mistake", "says"),
+    [
+        ("eval.py", "verbose=loud", "verbose: "),  # the first check evaluate() makes
+        ("eval.py", "ckpt_path=/nonexistent/last.ckpt", "ckpt_path"),  # the resume contract
+        ("scripts/export.py", "verbose=loud", "verbose: "),
+    ],
+)
+def test_a_refused_eval_or_export_leaves_no_folder(
+    monkeypatch, capsys, tmp_path, script, mistake, says
+):
+    logs = tmp_path / "logs"
+    code, err = _entry_point(
+        monkeypatch, capsys, script, "+hw=cpu", f"paths.log_dir={logs}", mistake
+    )
+    assert code == 2, err
+    assert says in err and "Traceback" not in err, err
     assert not logs.exists(), "a refusal before any work leaves no folder"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,15 @@ def test_an_unknown_name_or_field_is_an_error_that_helps() -> None:
         build_config("gpt2", {"n_layers": 3})
     with pytest.raises(ValueError, match="neither a listed checkpoint"):
         build_config("gpt-2-small")
+
+
+def test_a_misspelt_name_suggests_each_close_name_once() -> None:
+    # gpt2 is both a listed checkpoint and a transformers model type.
+    with pytest.raises(ValueError, match=r"\(close: ([^)]*)\)") as refused:
+        build_config("gtp2")
+    close = re.search(r"\(close: ([^)]*)\)", str(refused.value)).group(1).split(", ")
+    assert "gpt2" in close
+    assert len(close) == len(set(close)), close
 
 
 def test_random_tokens_have_the_labels_of_each_task() -> None:

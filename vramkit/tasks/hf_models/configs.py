@@ -75,7 +75,8 @@ def resolve_name(config: str) -> tuple[str, dict[str, Any]]:
     mapping = transformers_module().models.auto.configuration_auto.CONFIG_MAPPING
     if name in mapping:
         return name, {}
-    choices = sorted(NAMED_CONFIGS) + sorted(mapping.keys())
+    # A listed checkpoint named as its model type (gpt2) is one choice, not two.
+    choices = list(dict.fromkeys([*sorted(NAMED_CONFIGS), *sorted(mapping.keys())]))
     close = difflib.get_close_matches(name, choices, n=3)
     listed = ", ".join(sorted(NAMED_CONFIGS))
     raise ValueError(
