@@ -35,8 +35,13 @@ def test_an_empty_train_dir_is_a_refusal_naming_key_file_and_layout(
         else:
             path.parent.mkdir(exist_ok=True)
             path.write_bytes(b"")
+    sizes = ("hw.batch_size=2", "hw.val_batch_size=2")  # settled sizes: "auto" is a run's to plan
     cfg = compose_config(
-        "data=icdar2015", f"data.train_dir={root}", f"data.val_dir={toy_icdar_dir}", "+hw=cpu"
+        "data=icdar2015",
+        f"data.train_dir={root}",
+        f"data.val_dir={toy_icdar_dir}",
+        "+hw=cpu",
+        *sizes,
     )
     with pytest.raises(ConfigError) as caught:
         instantiate(cfg.data)
