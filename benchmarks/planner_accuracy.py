@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import gc
 import sys
 import time
@@ -67,9 +66,9 @@ class PhasePeaks(L.Callback):
 def measure(cfg: Any, profile: HardwareProfile, batch_size: int) -> tuple[int, int]:
     """Real peaks (bytes) of two training steps and one validation batch at `batch_size`."""
     run_cfg = copy.deepcopy(cfg)
-    sized = dataclasses.replace(profile, batch_size=batch_size, val_batch_size=batch_size)
+    sized = profile.model_copy(update={"batch_size": batch_size, "val_batch_size": batch_size})
     with open_dict(run_cfg):
-        run_cfg.hw = OmegaConf.create(dataclasses.asdict(sized))
+        run_cfg.hw = OmegaConf.create(sized.model_dump())
     datamodule = instantiate(run_cfg.data)
     model = instantiate(run_cfg.model)
     peaks = PhasePeaks()
@@ -113,7 +112,8 @@ def _row(batch_size: int, phase: str, predicted: int, measured: int, peak_at: st
 def run(batch_sizes: Sequence[int], overrides: Sequence[str]) -> dict[str, Any]:
     """Predict and measure every batch size; the comparison as JSON-ready numbers."""
     cfg = compose_config("train", [*SMALL_DATA, *overrides])
-    profile = dataclasses.replace(requested_profile(cfg, conf_dir=CONF_DIR).profile, compile=False)
+    requested = requested_profile(cfg, conf_dir=CONF_DIR).profile
+    profile = requested.model_copy(update={"compile": False})
     rows = []
     for batch_size in batch_sizes:
         plan = plan_task(

@@ -91,3 +91,12 @@ def test_a_bad_callback_value_is_refused_with_the_other_mistakes_before_any_work
         "did you mean 'stop'? (set by command-line override "
         "'callbacks.finite_guard.on_non_finite=stpo')",
     ]
+
+
+def test_a_bad_max_time_is_listed_with_the_other_trainer_mistakes():
+    trainer = OmegaConf.create({"max_epochs": "abc", "max_time": "12h", "precision": 64})
+    with pytest.raises(ConfigError) as refused:
+        check_trainer(trainer)
+    assert refused.value.keys == ("max_epochs", "max_time", "precision")
+    assert "trainer.max_time: expected DD:HH:MM:SS" in str(refused.value)
+    assert "trainer.precision: expected str, got 64 (int)" in str(refused.value)

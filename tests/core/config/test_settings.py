@@ -41,8 +41,8 @@ class Loader(Settings):
     """Null or an int ≥ 1."""
     mode: Literal["fast", "exact"] = "fast"
     """A choice."""
-    val_batch: int | Literal["auto"] = Field("auto", gt=0)
-    """A positive int or "auto"."""
+    val_batch: Annotated[int, Field(gt=0)] | Literal["auto"] = "auto"
+    """A positive int or "auto" (the limit on the int alone: "auto" has no order)."""
     sizes: tuple[Annotated[int, Field(ge=1)], ...] = (1,)
     """Ints ≥ 1."""
     cache: Cache = Cache()
@@ -101,12 +101,25 @@ def test_the_override_that_set_a_key_and_every_problem_at_once() -> None:
 
 
 def test_config_values_take_the_annotated_form_and_docs_come_from_docstrings() -> None:
-    config = OmegaConf.create({"root": "d", "sizes": [2, 3], "fraction": 1, "cache": {}})
+    config = OmegaConf.create(
+        {"root": "d", "sizes": [2, 3], "fraction": 1, "cache": {}, "val_batch": "auto"}
+    )
     settings = Loader.from_config(config, key_prefix="data.")
     assert settings.root == Path("d") and settings.sizes == (2, 3) and settings.fraction == 1.0
+    assert settings.val_batch == "auto"
+    assert Loader.from_config({"root": "d", "val_batch": 4}, key_prefix="data.").val_batch == 4
     assert Loader.model_fields["side"].description == "A positive multiple of 32."
     with pytest.raises(ValueError, match="frozen"):
         settings.batch_size = 3  # type: ignore[misc]
+
+
+def test_a_config_that_is_no_mapping_is_refused_naming_the_file() -> None:
+    with pytest.raises(ConfigError) as refused:
+        Loader.from_config([1, 2], key_prefix="data.", source=SOURCE)  # type: ignore[arg-type]
+    assert str(refused.value) == (
+        "invalid data settings (conf/data/x.yaml): "
+        "data must be a mapping of keys, got [1, 2] (list)"
+    )
 
 
 def test_a_callback_setting_is_refused_early_and_interpolations_are_left_alone() -> None:

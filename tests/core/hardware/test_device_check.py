@@ -28,7 +28,7 @@ H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 79.19, (9, 0), count=1, cpu_c
 
 def load(name: str, **changes: object) -> tuple[HardwareProfile, ProfileSource]:
     found = load_profile_file(REPO / "conf" / "hw" / f"{name}.yaml", display_root=REPO)
-    return dataclasses.replace(found.profile, **changes), found.source
+    return found.profile.model_copy(update=changes), found.source
 
 
 def test_gpu_profile_on_a_cpu_machine_is_refused_with_one_clear_message():
@@ -131,7 +131,7 @@ def test_more_devices_than_the_machine_has():
     t4, source = load("t4", devices=2)
     with pytest.raises(HardwareMismatchError, match="uses 2 GPUs, this machine has 1"):
         check_profile(t4, T4, source=source)
-    assert fit_to_device(dataclasses.replace(t4, strict=False), T4).profile.devices == 1
+    assert fit_to_device(t4.model_copy(update={"strict": False}), T4).profile.devices == 1
 
 
 def test_a_detected_profile_offers_the_plus_form_of_strict():

@@ -7,7 +7,6 @@ exact); the end-to-end tests at the bottom trace the tiny text classifier.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import logging
@@ -86,8 +85,8 @@ def run_config():
 
 def profile(budget_gib: float, **changes):
     # PROFILE plans 85% of memory_gib
-    return dataclasses.replace(
-        PROFILE, memory_gib=budget_gib / 0.85, batch_size=1, val_batch_size=1, **changes
+    return PROFILE.model_copy(
+        update={"memory_gib": budget_gib / 0.85, "batch_size": 1, "val_batch_size": 1, **changes}
     )
 
 

@@ -124,7 +124,7 @@ class Settings(BaseModel):
         first line's "invalid <prefix> settings". Interpolations of a DictConfig are resolved.
         """
         heading = settings_heading(cls, key_prefix, title)
-        plain = _plain(values, heading, source)
+        plain = _plain(values, heading, key_prefix, source)
         try:
             return cls.model_validate_json(json.dumps(plain, default=str), strict=True)
         except ValidationError as error:
@@ -148,9 +148,18 @@ def _field_limits(info: FieldInfo) -> dict[str, Any]:
 
 
 def _plain(
-    values: Mapping[str, Any] | DictConfig, heading: str, source: ConfigSource | None
+    values: Mapping[str, Any] | DictConfig,
+    heading: str,
+    key_prefix: str,
+    source: ConfigSource | None,
 ) -> dict[str, Any]:
     """The values as plain dicts and lists; Hydra hands a component ListConfig values."""
+    if not isinstance(values, Mapping | DictConfig):
+        where = f" ({source.file})" if source else ""
+        raise ConfigError(
+            f"{heading}{where}: {key_prefix.rstrip('.') or 'the config'} must be a mapping of "
+            f"keys, got {values!r} ({type(values).__name__})"
+        )
     try:
         if isinstance(values, DictConfig):
             return OmegaConf.to_container(values, resolve=True)

@@ -9,7 +9,6 @@ profile would plan with another card's memory and kernels).
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import os
 import re
 from dataclasses import dataclass
@@ -238,7 +237,7 @@ def detect_profile(device: DeviceInfo, hw_dir: Path, *, display_root: Path) -> D
         f"{profile.precision}, compile {'on' if profile.compile else 'off'}; "
         f"add a conf/hw/ profile to tune it"
     )
-    return Detection(profile, OmegaConf.create(dataclasses.asdict(profile)), source, reason)
+    return Detection(profile, OmegaConf.create(profile.model_dump()), source, reason)
 
 
 def _name_matches(profile: HardwareProfile, device: DeviceInfo) -> bool:

@@ -9,7 +9,6 @@ is capped to the profile's memory (`apply_memory_cap`), so it behaves as it will
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -84,7 +83,7 @@ def _fit_gpu_profile_to_cpu(profile: HardwareProfile, device: DeviceInfo) -> Dev
         updates["num_workers"] = workers
         changes.append(f"num_workers {profile.num_workers} → {workers} (CPU cores)")
     return DeviceFit(
-        profile=dataclasses.replace(profile, **updates),
+        profile=profile.model_copy(update=updates),
         problems=("no CUDA device",),
         changes=tuple(changes),
         kept="batch sizes kept",
@@ -123,7 +122,7 @@ def _fit_gpu_profile_to_gpu(profile: HardwareProfile, device: DeviceInfo) -> Dev
             memory_cap = planned / device.memory_gib
 
     return DeviceFit(
-        profile=dataclasses.replace(profile, **updates),
+        profile=profile.model_copy(update=updates),
         problems=tuple(problems),
         changes=tuple(changes),
         kept=kept,

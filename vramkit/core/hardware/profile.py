@@ -1,23 +1,26 @@
 """The hardware profile schema: what a machine is (facts) and how vramkit runs on it (decisions).
 
 A profile is one YAML file under `conf/hw/` (`python train.py +hw=t4`) whose top level holds the
-fields of `HardwareProfile`. `validate_profile` turns such a mapping into a `HardwareProfile` and
-refuses unknown keys, wrong types and impossible values with an error that names the key and the
-file (or command-line override) it came from.
+fields of `HardwareProfile`, a pydantic `Settings` class (each field's type, default, limits and
+one-line doc, once). `validate_profile` turns such a mapping into a `HardwareProfile` and refuses
+unknown keys, wrong types and impossible values with an error that names the key and the file (or
+command-line override) it came from. Code changes a profile with ``model_copy(update=…)`` and
+writes it into a config with ``model_dump()``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, get_args
 
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
+from pydantic import Field
 
-from vramkit.core.config.schema import ConfigError, check_settings
+from vramkit.core.config.schema import ConfigError
+from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import ConfigSource
 from vramkit.core.config.source import override_key as override_key
 
@@ -50,8 +53,7 @@ class ProfileError(ConfigError):
     """
 
 
-@dataclass(frozen=True, kw_only=True)
-class HardwareProfile:
+class HardwareProfile(Settings):
     """One machine's facts and the run settings vramkit derives from them (conf/hw/*.yaml)."""
 
     # Facts: what the hardware is. They feed messages, detection and memory planning.
@@ -61,7 +63,7 @@ class HardwareProfile:
     """How messages name the hardware, e.g. "NVIDIA T4"; the profile id when null."""
     device_pattern: str | None = None
     """Regex (case-insensitive, `re.search`) matched against the CUDA device name for detection."""
-    memory_gib: float | None = field(default=None, metadata={"gt": 0})
+    memory_gib: float | None = Field(None, gt=0)
     """Device memory in GiB as PyTorch reports it (total_memory / 2**30); null for CPU."""
     compute_capability: str | None = None
     """CUDA compute capability "major.minor", e.g. "7.5"; null for CPU."""
@@ -71,41 +73,41 @@ class HardwareProfile:
     """PyTorch's flash SDPA kernel is available (sm_80 and newer)."""
     mem_efficient_attention: bool = False
     """PyTorch's memory-efficient SDPA kernel is available."""
-    peak_tflops_fp16: float | None = field(default=None, metadata={"gt": 0})
+    peak_tflops_fp16: float | None = Field(None, gt=0)
     """Dense fp16 tensor throughput with fp32 accumulate (TFLOPS, datasheet, no sparsity)."""
-    peak_tflops_bf16: float | None = field(default=None, metadata={"gt": 0})
+    peak_tflops_bf16: float | None = Field(None, gt=0)
     """Dense bf16 tensor throughput (TFLOPS, datasheet, no sparsity); null without bf16."""
-    peak_tflops_fp32: float | None = field(default=None, metadata={"gt": 0})
+    peak_tflops_fp32: float | None = Field(None, gt=0)
     """Dense fp32 throughput without tensor cores (TFLOPS, datasheet)."""
-    bandwidth_gbs: float | None = field(default=None, metadata={"gt": 0})
+    bandwidth_gbs: float | None = Field(None, gt=0)
     """Peak device-memory bandwidth (GB/s, datasheet)."""
 
     # Decisions: how a run uses the hardware. The trainer and data configs interpolate these.
     accelerator: Accelerator
     """Lightning accelerator: "gpu" or "cpu"."""
-    devices: int = field(default=1, metadata={"ge": 1})
+    devices: int = Field(1, ge=1)
     """Number of devices Lightning uses on each machine (GPUs per node)."""
-    num_nodes: int = field(default=1, metadata={"ge": 1})
+    num_nodes: int = Field(1, ge=1)
     """Machines the run spans (Lightning's `Trainer(num_nodes=…)`); the world size is
     `devices × num_nodes` and the global batch `batch_size × devices × num_nodes ×
     accumulate_grad_batches`."""
     precision: Precision
     """Lightning precision: 16-mixed on sm_75, bf16-mixed where bf16 is native, 32-true on CPU."""
-    memory_budget_fraction: float = field(default=0.85, metadata={"gt": 0, "le": 1})
+    memory_budget_fraction: float = Field(0.85, gt=0, le=1)
     """Share of `memory_gib` a run may plan to use, in (0, 1]; the rest is headroom."""
-    num_workers: int = field(default=2, metadata={"ge": 0})
+    num_workers: int = Field(2, ge=0)
     """DataLoader worker processes (≥ 0)."""
     pin_memory: bool = False
     """Page-locked host memory for faster host-to-GPU copies."""
     compile: bool = False
     """Wrap the model in torch.compile (Triton needs sm_70+; slow to compile on sm_75)."""
-    batch_size: int | Literal["auto"] = field(default=AUTO, metadata={"gt": 0})
+    batch_size: Annotated[int, Field(gt=0)] | Literal["auto"] = AUTO
     """Training samples per step and device: a positive int or "auto"."""
-    val_batch_size: int | Literal["auto"] = field(default=AUTO, metadata={"gt": 0})
+    val_batch_size: Annotated[int, Field(gt=0)] | Literal["auto"] = AUTO
     """Validation samples per step and device: a positive int or "auto"."""
-    accumulate_grad_batches: int = field(default=1, metadata={"ge": 1})
+    accumulate_grad_batches: int = Field(1, ge=1)
     """Optimizer steps happen every this many batches."""
-    target_effective_batch: int | None = field(default=None, metadata={"ge": 1})
+    target_effective_batch: int | None = Field(None, ge=1)
     """When set, accumulate_grad_batches = ceil(target / (batch_size * devices * num_nodes))."""
     strict: bool = True
     """Refuse to run when the device does not match the profile (false: map and rehearse)."""
@@ -156,11 +158,8 @@ class HardwareProfile:
         return ", ".join(parts)
 
     def cross_field_problems(self) -> list[tuple[str, str]]:
-        """Problems the field types and limits cannot state (run by `check_settings`)."""
+        """Problems the field types and limits cannot state (run once every field is valid)."""
         return _value_problems(self)
-
-
-FIELD_NAMES = tuple(f.name for f in dataclasses.fields(HardwareProfile))
 
 
 @dataclass(frozen=True)
@@ -180,7 +179,7 @@ class ProfileSource(ConfigSource):
 
 
 def validate_profile(raw: Mapping[str, Any] | DictConfig, source: ProfileSource) -> HardwareProfile:
-    """Check a profile mapping against `HardwareProfile` and return it as that dataclass.
+    """Check a profile mapping against `HardwareProfile` and return it as that class.
 
     Unknown keys (with the closest valid key), values of the wrong type (with the expected type)
     and impossible values are all reported at once in one `ProfileError` that names each key and
@@ -188,8 +187,8 @@ def validate_profile(raw: Mapping[str, Any] | DictConfig, source: ProfileSource)
     """
     title = f"hardware profile '{name}'" if (name := _stated_name(raw)) else "hardware profile"
     try:
-        return check_settings(
-            raw, HardwareProfile, key_prefix="hw.", source=source, title=f"{title} is invalid"
+        return HardwareProfile.from_config(
+            raw, key_prefix="hw.", source=source, title=f"{title} is invalid"
         )
     except ConfigError as error:
         raise ProfileError(str(error), problems=error.problems) from None
@@ -200,7 +199,7 @@ def _stated_name(raw: object) -> str | None:
     try:
         name = raw.get("name") if isinstance(raw, Mapping | DictConfig) else None
     except OmegaConfBaseException:
-        return None  # an unresolvable name; check_settings reports it
+        return None  # an unresolvable name; from_config reports it
     return name if isinstance(name, str) else None
 
 

@@ -8,7 +8,6 @@ refused before any work when that phase says it does not fit.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 from omegaconf import DictConfig
@@ -66,4 +65,4 @@ def settle_eval_batch(
     echo(plan.line())
     if not searched:
         return profile  # the user's size stands (a loader caps it at the set's size itself)
-    return dataclasses.replace(profile, val_batch_size=plan.inference.batch_size)
+    return profile.model_copy(update={"val_batch_size": plan.inference.batch_size})

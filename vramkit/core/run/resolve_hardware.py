@@ -140,7 +140,7 @@ def resolve_hardware(
     if plan is not None:
         _check_gpu_host_memory(cfg, resolved, plan)
     with open_dict(cfg):
-        cfg.hw = dataclasses.asdict(resolved)
+        cfg.hw = resolved.model_dump()
     return SettledHardware(resolved, requested, cfg, remedy)
 
 
@@ -228,7 +228,7 @@ def _fit_host_memory(
                 f"dataset's size ({DEFAULTS_KEY}.{data_key} is {wanted})"
             )
     _write_memory_plan(cfg, fit.predictions(profile))
-    return dataclasses.replace(profile, batch_size=sizes[0], val_batch_size=sizes[1])
+    return profile.model_copy(update={"batch_size": sizes[0], "val_batch_size": sizes[1]})
 
 
 def _check_gpu_host_memory(cfg: DictConfig, profile: HardwareProfile, plan: MemoryPlan) -> None:
@@ -346,7 +346,7 @@ def resolve_batch_sizes(
             if field in updates
         )
         _echo(f"batch sizes 'auto' take the task's stated defaults: {taken}")
-    profile = dataclasses.replace(profile, **updates)
+    profile = profile.model_copy(update=updates)
 
     target = profile.target_effective_batch
     if target is None:
@@ -362,7 +362,7 @@ def resolve_batch_sizes(
     if profile.accumulate_grad_batches not in (1, accumulate):
         line += f"; replaces accumulate_grad_batches {profile.accumulate_grad_batches}"
     _echo(line)
-    return dataclasses.replace(profile, accumulate_grad_batches=accumulate)
+    return profile.model_copy(update={"accumulate_grad_batches": accumulate})
 
 
 def _planned_batch_sizes(
@@ -388,8 +388,8 @@ def _planned_batch_sizes(
         _echo(line)
     if predictions:
         _write_memory_plan(cfg, predictions)
-    return dataclasses.replace(
-        profile, batch_size=train, val_batch_size=val, accumulate_grad_batches=accumulate
+    return profile.model_copy(
+        update={"batch_size": train, "val_batch_size": val, "accumulate_grad_batches": accumulate}
     )
 
 

@@ -138,7 +138,7 @@ def settle(
     base = (*settled.remedy, *chosen)
     composed = compose_with(base).get("hw")
     given = OmegaConf.to_container(composed, resolve=True) if composed is not None else {}
-    wanted = dataclasses.asdict(settled.profile)
+    wanted = settled.profile.model_dump()
     fields = tuple(
         f"++hw.{key}={_override_value(value)}"
         for key, value in wanted.items()
@@ -191,7 +191,7 @@ def settled_config(settlement: Settlement) -> DictConfig:
     cfg = compose_run(
         settlement.config_name, settlement.run_overrides, conf_dir=Path(settlement.conf_dir)
     )
-    wanted = {k: _container_value(v) for k, v in dataclasses.asdict(settlement.profile).items()}
+    wanted = {k: _container_value(v) for k, v in settlement.profile.model_dump().items()}
     got = OmegaConf.to_container(cfg.hw, resolve=True) if "hw" in cfg else {}
     if got != wanted:
         differ = sorted(k for k in wanted if got.get(k, "<absent>") != wanted[k])

@@ -6,8 +6,6 @@ decision here is exact and fast; tests/core/run/test_fit_to_budget.py traces a r
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from formula_planner import LORA_CHANGE, PROFILE, FormulaPlanner, LoraSetup
 
@@ -39,7 +37,7 @@ def decide(
     installed: tuple[str, ...] = ("bitsandbytes", "deepspeed", "peft"),
     with_lora: bool = True,
 ):
-    profile = dataclasses.replace(PROFILE, fit_allow=allow)
+    profile = PROFILE.model_copy(update={"fit_allow": allow})
     setup = LoraSetup(precision="bf16-mixed", device=None)
     changes = candidate_changes(profile, setup, planner) + ([LORA_CHANGE] if with_lora else [])
     requested = (

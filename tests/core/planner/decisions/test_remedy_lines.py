@@ -83,7 +83,7 @@ def test_a_profile_with_a_field_typo_in_a_remedy_would_be_refused(tmp_path):
 def test_the_profile_stub_matches_the_laptop_profile():
     laptop = OmegaConf.load(CONF_DIR / "hw" / "rtx4090_laptop.yaml")
     assert laptop.bf16 is True
-    assert "bf16" in {field.name for field in HardwareProfile.__dataclass_fields__.values()}
+    assert "bf16" in HardwareProfile.model_fields
 
 
 def _runs_on_cpu(overrides: tuple[str, ...]) -> bool:

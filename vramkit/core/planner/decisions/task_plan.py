@@ -8,7 +8,6 @@ largest batch sizes where asked, and proposes remedies when the run does not fit
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -80,7 +79,7 @@ def planning_config(cfg: DictConfig, profile: HardwareProfile) -> DictConfig:
     this process, so "auto" becomes 1 there and the loaders get no workers and no pinning.
     """
     planning = copy.deepcopy(cfg)
-    values = dataclasses.asdict(profile)
+    values = profile.model_dump()
     for key in ("batch_size", "val_batch_size"):
         if not isinstance(values[key], int):
             values[key] = 1
