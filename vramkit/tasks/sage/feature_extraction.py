@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from vramkit.core.config.instantiate import instantiate
-from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.settle import settle, settled_config
 from vramkit.core.units import GIB
 from vramkit.tasks.sage.arc_batching import grid_loader
 from vramkit.tasks.sage.arc_examples import INPUT_KEYS
@@ -128,8 +128,9 @@ def extract_teacher_features(
 def run_extraction(cfg: DictConfig) -> Path:
     """What ``scripts/extract_teacher_features.py`` does with its composed config.
 
-    Resolves the hardware profile, the student's datamodule and the teacher, then writes the
-    cache unless a complete one for this teacher and data is already there. Returns its folder.
+    Settles the hardware profile (``settle`` + ``settled_config``), builds the student's
+    datamodule and the teacher, then writes the cache unless a complete one for this teacher and
+    data is already there. Returns its folder.
     """
     if cfg.get("task_name") != STUDENT_TASK:
         raise ValueError(
@@ -138,7 +139,7 @@ def run_extraction(cfg: DictConfig) -> Path:
             f"task_name={cfg.get('task_name')!r}"
         )
     # No batch planning: it would plan the student's training, whose data is this very cache.
-    resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), plan_batches=False)
+    cfg = settled_config(settle(cfg, plan_batches=False))
     datamodule: SageFeatureDataModule = instantiate(cfg.data)
     checkpoint, sha256 = datamodule.resolve_teacher()
     directory = datamodule.cache_directory(sha256)

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.source import ConfigSource, command_line_overrides
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
-from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.settle import settle, settled_config
 from vramkit.tasks.text_detection.backend_parity import compare_backends
 from vramkit.tasks.text_detection.device_inputs import normalize_images
 from vramkit.tasks.text_detection.export_settings import ExportRequest, ExportSettings
@@ -113,7 +113,7 @@ def _verdicts(parity: dict[str, dict[str, float]], settings: ExportSettings) -> 
 def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
     """Export ``cfg.ckpt_path`` as ``cfg.export`` says; returns (and writes) the record."""
     request, settings = _settings(cfg)
-    resolve_hardware(cfg, conf_dir=Path(cfg.paths.conf_dir), plan_batches=False)
+    cfg = settled_config(settle(cfg, plan_batches=False))
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
     module = load_network(cfg, request.ckpt_path)
