@@ -147,3 +147,16 @@ def test_a_callback_setting_is_refused_early_and_interpolations_are_left_alone()
     ]
     del cfg.callbacks.checkpoint_retention.keep_lst
     check_component_settings(cfg)
+
+
+def test_from_node_names_the_node_s_keys_file_and_override(compose_config) -> None:
+    compose_config("callbacks.max_time_annealing.min_steps=0", "data.batch_size=-1")
+    with pytest.raises(ConfigError) as refused:
+        Loader.from_node({"root": "d", "side": 100}, node="callbacks.max_time_annealing")
+    assert str(refused.value).splitlines() == [
+        "invalid callbacks.max_time_annealing settings (conf/callbacks/max_time_annealing.yaml):",
+        "  callbacks.max_time_annealing.side: must be a positive int, a multiple of 32, got 100",
+    ]
+    with pytest.raises(ConfigError) as refused:
+        Loader.from_node({"root": "d", "batch_size": -1}, node="data")
+    assert "(set by command-line override 'data.batch_size=-1')" in str(refused.value)

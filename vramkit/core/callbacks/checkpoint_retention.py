@@ -33,7 +33,6 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from pydantic import Field
 
 from vramkit.core.config.settings import ConfigPath, Settings
-from vramkit.core.config.source import source_of
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO, atomic_write_bytes, is_partial_write
 from vramkit.core.io.disk_space import free_bytes
 from vramkit.core.tables import render_table
@@ -83,10 +82,8 @@ class CheckpointRetention(L.Callback):
     settings_class = CheckpointRetentionSettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = CheckpointRetentionSettings.from_config(
-            settings,
-            key_prefix="callbacks.checkpoint_retention.",
-            source=source_of("callbacks", node="checkpoint_retention"),
+        self.settings = CheckpointRetentionSettings.from_node(
+            settings, node="callbacks.checkpoint_retention"
         )
         self.pruned: list[PrunedFile] = []
         self.removed_partial_writes: list[str] = []

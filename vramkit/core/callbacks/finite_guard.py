@@ -45,7 +45,6 @@ from pydantic import Field
 
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import Settings
-from vramkit.core.config.source import source_of
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +80,7 @@ class FiniteGuard(L.Callback):
     settings_class = FiniteGuardSettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = FiniteGuardSettings.from_config(
-            settings,
-            key_prefix="callbacks.finite_guard.",
-            source=source_of("callbacks", node="finite_guard"),
-        )
+        self.settings = FiniteGuardSettings.from_node(settings, node="callbacks.finite_guard")
         self.non_finite_in_a_row = 0
         self.skipped_steps = 0  # optimizer steps skipped by skip_step or rollback
         self.rollbacks = 0

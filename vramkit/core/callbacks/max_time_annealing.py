@@ -11,7 +11,6 @@ from lightning.pytorch.callbacks import Timer
 from pydantic import Field
 
 from vramkit.core.config.settings import Settings
-from vramkit.core.config.source import source_of
 from vramkit.core.optim.lr_schedules import WarmupDecayLR
 
 log = logging.getLogger(__name__)
@@ -55,10 +54,8 @@ class MaxTimeAnnealing(L.Callback):
     settings_class = MaxTimeAnnealingSettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = MaxTimeAnnealingSettings.from_config(
-            settings,
-            key_prefix="callbacks.max_time_annealing.",
-            source=source_of("callbacks", node="max_time_annealing"),
+        self.settings = MaxTimeAnnealingSettings.from_node(
+            settings, node="callbacks.max_time_annealing"
         )
         self._timer: Timer | None = None
         self._schedulers: list[WarmupDecayLR] = []

@@ -19,7 +19,6 @@ from torch.utils.data import DataLoader
 from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.callbacks.working_set import callbacks_of_type
 from vramkit.core.config.settings import Settings
-from vramkit.core.config.source import source_of
 from vramkit.core.hardware.memory_stats import (
     HostRoom,
     MemoryReading,
@@ -123,11 +122,7 @@ class MemoryMonitor(L.Callback):
     settings_class = MemoryMonitorSettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = MemoryMonitorSettings.from_config(
-            settings,
-            key_prefix="callbacks.memory_monitor.",
-            source=source_of("callbacks", node="memory_monitor"),
-        )
+        self.settings = MemoryMonitorSettings.from_node(settings, node="callbacks.memory_monitor")
         self.gauge: HostGauge | None = None  # set at the start of fit when the guard is on
         self._read_at = -math.inf  # time.monotonic() of the guard's last reading
         self.records = {phase: _PhaseRecord() for phase in PHASES}

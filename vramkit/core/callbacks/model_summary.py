@@ -13,7 +13,6 @@ from torch._dynamo.eval_frame import OptimizedModule
 from torch.utils.flop_counter import FlopCounterMode
 
 from vramkit.core.config.settings import Settings
-from vramkit.core.config.source import source_of
 from vramkit.core.data.batches import batch_size_of
 
 log = logging.getLogger(__name__)
@@ -46,11 +45,7 @@ class RunModelSummary(RichModelSummary):
     settings_class = RunModelSummarySettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = RunModelSummarySettings.from_config(
-            settings,
-            key_prefix="callbacks.model_summary.",
-            source=source_of("callbacks", node="model_summary"),
-        )
+        self.settings = RunModelSummarySettings.from_node(settings, node="callbacks.model_summary")
         super().__init__(max_depth=self.settings.max_depth)
         self._waiting = False  # the summary waits for the first training step
         self._counter: FlopCounterMode | None = None

@@ -10,7 +10,6 @@ import lightning as L
 from pydantic import Field
 
 from vramkit.core.config.settings import Settings
-from vramkit.core.config.source import source_of
 from vramkit.core.oom.resilient_module import OOMResilientModule
 
 log = logging.getLogger(__name__)
@@ -37,9 +36,7 @@ class OOMFaultInjection(L.Callback):
     settings_class = FaultSettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = FaultSettings.from_config(
-            settings, key_prefix="fault.", source=source_of("fault")
-        )
+        self.settings = FaultSettings.from_node(settings, node="fault")
 
     @classmethod
     def from_config(cls, fault: Mapping[str, Any] | None = None) -> OOMFaultInjection:

@@ -23,7 +23,6 @@ from vramkit.core.callbacks.stop_signals import (
     submitit_preempt_signal,
 )
 from vramkit.core.config.settings import Settings
-from vramkit.core.config.source import source_of
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +90,7 @@ class ResumeCheckpoint(ModelCheckpoint):
     settings_class = ResumeCheckpointSettings
 
     def __init__(self, **settings: Any) -> None:
-        settings = ResumeCheckpointSettings.from_config(
-            settings,
-            key_prefix="callbacks.last_checkpoint.",
-            source=source_of("callbacks", node="last_checkpoint"),
-        )
+        settings = ResumeCheckpointSettings.from_node(settings, node="callbacks.last_checkpoint")
         try:
             signals = parse_signals(settings.stop_signals)
         except ValueError as error:

@@ -12,7 +12,6 @@ from lightning.pytorch.loggers import WandbLogger
 from pydantic import Field
 
 from vramkit.core.config.settings import ConfigPath, Settings
-from vramkit.core.config.source import source_of
 from vramkit.core.report.build import REPORT_DIR, build_report
 from vramkit.core.report.task_figures import DrawsReportFigures, save_task_figure
 
@@ -54,11 +53,7 @@ class RunReport(L.Callback):
     settings_class = RunReportSettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = RunReportSettings.from_config(
-            settings,
-            key_prefix="callbacks.run_report.",
-            source=source_of("callbacks", node="run_report"),
-        )
+        self.settings = RunReportSettings.from_node(settings, node="callbacks.run_report")
         self.report_path: Path | None = None  # set once a report was written (for tests, logs)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -15,9 +15,12 @@ A component names its settings class in ``settings_class``, takes its keys as ke
         settings_class = CheckpointRetentionSettings
 
         def __init__(self, **settings: Any) -> None:
-            self.settings = CheckpointRetentionSettings.from_config(
-                settings, key_prefix="callbacks.checkpoint_retention.", source=...
+            self.settings = CheckpointRetentionSettings.from_node(
+                settings, node="callbacks.checkpoint_retention"
             )
+
+``from_node`` names the config node once: the keys as the user types them
+(``callbacks.checkpoint_retention.keep_last``) and the file and overrides they came from follow.
 
 Pydantic validates; `from_config` only translates its errors into one `ConfigError` in the
 project's wording (key as the user types it, the file, the override that set it, the closest valid
@@ -55,7 +58,7 @@ from vramkit.core.config.schema import (
     settings_error,
     settings_heading,
 )
-from vramkit.core.config.source import ConfigSource, closest
+from vramkit.core.config.source import ConfigSource, closest, source_of
 
 LIMIT_NAMES = ("ge", "gt", "le", "lt", "multiple_of")
 """The numeric constraints of a pydantic ``Field`` that the error messages put in words."""
@@ -130,6 +133,16 @@ class Settings(BaseModel):
         except ValidationError as error:
             problems = list(_problems(error, cls, plain, key_prefix))
             raise settings_error(problems, heading, key_prefix, source) from None
+
+    @classmethod
+    def from_node(cls, values: Mapping[str, Any] | DictConfig, *, node: str) -> Self:
+        """`from_config` for the keys of the config node `node` ("callbacks.finite_guard",
+        "data"): addressed as `<node>.<key>`, from the file and overrides `source_of` names
+        (its config group is the node's first part, the callback's config its second)."""
+        group, _, name = node.partition(".")
+        return cls.from_config(
+            values, key_prefix=f"{node}.", source=source_of(group, node=name or None)
+        )
 
 
 def _field_limits(info: FieldInfo) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from pydantic import AfterValidator, Field
 
 from vramkit.core.config.schema import choice_problem
 from vramkit.core.config.settings import Settings
-from vramkit.core.config.source import source_of
 
 PRECISIONS = (
     "16-mixed",
@@ -82,4 +81,4 @@ def check_trainer(trainer: DictConfig) -> TrainerSettings:
         for key, value in OmegaConf.to_container(trainer, resolve=False).items()
         if key in TrainerSettings.model_fields and not (isinstance(value, str) and "${" in value)
     }
-    return TrainerSettings.from_config(values, key_prefix="trainer.", source=source_of("trainer"))
+    return TrainerSettings.from_node(values, node="trainer")

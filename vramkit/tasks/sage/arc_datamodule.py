@@ -9,7 +9,6 @@ import lightning as L
 from pydantic import Field
 from torch.utils.data import DataLoader
 
-from vramkit.core.config.source import source_of
 from vramkit.core.data.loaders import LoaderSettings
 from vramkit.tasks.sage.arc_batching import grid_loader
 from vramkit.tasks.sage.arc_data import ArcDataSettings, load_examples
@@ -47,9 +46,7 @@ class ArcDataModule(L.LightningDataModule, abc.ABC):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__()
-        self.settings = self.settings_class.from_config(
-            settings, key_prefix="data.", source=source_of("data")
-        )
+        self.settings = self.settings_class.from_node(settings, node="data")
         self.data_settings = self.settings.data_settings()
         self.train_examples: list[ArcExample] | None = None
         self.val_examples: list[ArcExample] | None = None

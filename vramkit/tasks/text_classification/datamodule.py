@@ -13,7 +13,6 @@ from pydantic import Field
 from torch.utils.data import DataLoader, Dataset
 
 from vramkit.core.config.settings import ConfigPath
-from vramkit.core.config.source import source_of
 from vramkit.core.data.bad_lines import BadLine
 from vramkit.core.data.loaders import LoaderSettings, build_loader
 from vramkit.core.optional_dependency import import_optional
@@ -141,9 +140,7 @@ class TextClassificationDataModule(L.LightningDataModule):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__()
-        self.settings = TextClassificationDataSettings.from_config(
-            settings, key_prefix="data.", source=source_of("data")
-        )
+        self.settings = TextClassificationDataSettings.from_node(settings, node="data")
         settings = self.settings
         self.paths = {
             key: getattr(settings, key) for key in _USER_FILES if getattr(settings, key) is not None

@@ -15,7 +15,6 @@ from pydantic import Field
 from torch.utils.data import DataLoader
 
 from vramkit.core.config.settings import ConfigPath
-from vramkit.core.config.source import source_of
 from vramkit.core.data.loaders import LoaderSettings, build_loader
 from vramkit.core.io.disk_cache import ValidationCacheSettings
 from vramkit.tasks.text_detection.augment import build_train_transform, build_val_transform
@@ -140,9 +139,7 @@ class TextDetectionDataModule(L.LightningDataModule):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__()
-        self.settings = TextDetectionDataSettings.from_config(
-            settings, key_prefix="data.", source=source_of("data")
-        )
+        self.settings = TextDetectionDataSettings.from_node(settings, node="data")
         settings = self.settings
         # With synthetic data, the folders are known once the dataset is rendered.
         self.train_dir = settings.train_dir
