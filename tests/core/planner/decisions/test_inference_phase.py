@@ -6,7 +6,7 @@ import functools
 
 import torch
 from omegaconf import OmegaConf
-from planning_models import TinyConvClassifier
+from planning_models import RandomImageDataModule, TinyConvClassifier
 
 import vramkit
 from vramkit.core.planner.cuda.cuda_rules import DeviceRules
@@ -88,3 +88,12 @@ def test_every_plan_has_an_inference_phase_in_the_api_json_and_table():
     )
     assert plan.to_json()["inference"]["batch_size"] == plan.inference.batch_size
     assert f"inference batch {plan.inference.batch_size}" in plan.table()
+
+
+def test_the_breakdown_keeps_its_header_on_one_line_when_every_phase_takes_all_samples():
+    # The longest labels a plan prints: three phases that hold their whole (4-digit) set.
+    data = RandomImageDataModule(32, 32, train_length=4096, val_length=1024)
+    model = functools.partial(TinyConvClassifier, functools.partial(torch.optim.AdamW))
+    table = vramkit.plan(model, data, hw="a100_40gb", remedies=False).table()
+    header = next(line for line in table.splitlines() if line.startswith("┃ GiB"))
+    assert "inference batch 1024 (all samples) ┃" in header

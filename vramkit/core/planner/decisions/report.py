@@ -28,7 +28,7 @@ _ROWS = (
 )
 
 
-_BREAKDOWN_WIDTH = 130
+_BREAKDOWN_WIDTH = 140
 """Characters the three-phase breakdown may take: its rows stay one line each."""
 
 
