@@ -3,11 +3,15 @@ budget as /proc, a cgroup and an address-space limit state it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import resource
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from vramkit.core.hardware import memory_stats
 from vramkit.core.hardware.memory_stats import read_host_room
@@ -111,3 +115,42 @@ def test_a_stated_memory_replaces_the_reading():
 def test_this_hosts_budget_includes_this_process():
     budget = host_budget(0.85)
     assert budget.available > memory_stats.read_host_memory().current
+
+
+class _AttentionMatrices(TorchDispatchMode):
+    """Records the [B, H, T, S] outputs of the ops it sees, on fake tensors as on real ones."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.shape = shape
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outputs = out if isinstance(out, (tuple, list)) else (out,)
+        if any(isinstance(t, torch.Tensor) and tuple(t.shape) == self.shape for t in outputs):
+            self.ops.append(func.__name__)
+        return out
+
+
+def _attention_matrices(*, fake: bool, mask: bool, dropout: float) -> list[str]:
+    batch, heads, length, head_dim = 2, 4, 16, 8
+    with FakeTensorMode() if fake else contextlib.nullcontext():
+        query, key, value = (
+            torch.randn(batch, heads, length, head_dim, requires_grad=True) for _ in range(3)
+        )
+        attn_mask = torch.ones(batch, 1, length, length, dtype=torch.bool) if mask else None
+        with _AttentionMatrices((batch, heads, length, length)) as seen:
+            F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p=dropout)
+    return seen.ops
+
+
+@pytest.mark.parametrize(("mask", "dropout"), [(True, 0.0), (False, 0.0), (True, 0.1)])
+def test_a_host_trace_of_attention_builds_the_weights_where_the_cpu_run_does(mask, dropout):
+    # A fake CPU tensor goes through torch's own CPU kernel choice (select_sdp_backend_cpp in
+    # aten/src/ATen/native/transformers/sdp_utils_cpp.cpp): masks take the CPU flash kernel
+    # (no [B, H, T, S] weights), dropout the math path (weights built and kept). So a host
+    # trace needs no attention rule, and CPU_STEP_ALLOWANCE covers no attention weights.
+    traced = _attention_matrices(fake=True, mask=mask, dropout=dropout)
+    assert traced == _attention_matrices(fake=False, mask=mask, dropout=dropout)
+    assert bool(traced) == (dropout > 0)

@@ -64,13 +64,19 @@ MODEL_STATES = (PARAMETERS, GRADIENTS, OPTIMIZER_STATE)
 
 CPU_STEP_ALLOWANCE = 1.75
 """Resident bytes a step run on the CPU takes per byte of activations, temporaries and batch its
-trace holds at the peak. Measured with `python train.py task=text_classification +hw=cpu
-data.max_length=256 logger=csv hw.num_workers=0` at batch 64 and 128 (peak RSS minus the
-baseline over the traced step: 1.72 and 1.73). The gap there is the attention weights: the trace
-holds only the [B, 1, T, T] mask at Phi's attention, while the CPU run materialises the
-[B, H, T, T] fp32 weights of each layer (2 layers × 64 MiB at batch 64: the whole gap). Where the
-trace holds them already (nn.MultiheadAttention with dropout: the SAGE teacher) the run measures
-about its trace, and the host plan is 30-45% high: conservative, not exact."""
+trace holds at the peak. The traced bytes are the run's: attention included, since a fake CPU
+tensor goes through torch's own kernel choice (`select_sdp_backend_cpp`, aten/src/ATen/native/
+transformers/sdp_utils_cpp.cpp): a mask takes the CPU flash kernel, which keeps a [B, H, T]
+log-sum-exp, and dropout the math path, whose [B, H, T, S] weights the trace then holds too. The
+allowance is glibc's: after freeing a block above the mmap threshold, malloc raises the threshold
+to that size (up to 32 MiB; `man mallopt`, M_MMAP_THRESHOLD), so later activations come from the
+heap and its arenas, which keep freed pages resident. Measured (MemoryMonitor's
+mem/train_peak_gib minus the planning baseline, over the traced step, torch 2.13.0+cpu) with
+`python train.py task=text_classification +hw=cpu data.max_length=256 logger=csv
+hw.num_workers=0 hw.batch_size=64 trainer.max_epochs=1 +trainer.limit_train_batches=3
++trainer.limit_val_batches=1`: 1.69-1.80 at batch 64, 1.62-1.69 at batch 128 (1.04-1.08 with
+MALLOC_MMAP_THRESHOLD_=131072, a fixed threshold); the SAGE teacher's smoke command in
+docs/reliability.md at batch 1: 1.28-1.39 (0.90 fixed), so its plan is 13-19% high."""
 
 DEFAULT_PREFETCH_FACTOR = 2
 """torch's DataLoader default: batches each worker prepares ahead."""
