@@ -74,7 +74,8 @@ heap and its arenas, which keep freed pages resident. Measured (MemoryMonitor's
 mem/train_peak_gib minus the planning baseline, over the traced step, torch 2.13.0+cpu) with
 `python train.py task=text_classification +hw=cpu data.max_length=256 logger=csv
 hw.num_workers=0 hw.batch_size=64 trainer.max_epochs=1 +trainer.limit_train_batches=3
-+trainer.limit_val_batches=1`: 1.69-1.80 at batch 64, 1.62-1.69 at batch 128 (1.04-1.08 with
++trainer.limit_val_batches=1`: 1.69-1.86 at batch 64 (five runs, planned at 0.80 GiB, read
+0.79-0.82 GiB: up to 2.5% low), 1.62-1.69 at batch 128 (1.04-1.08 with
 MALLOC_MMAP_THRESHOLD_=131072, a fixed threshold); the SAGE teacher's smoke command in
 docs/reliability.md at batch 1: 1.28-1.39 (0.90 fixed), so its plan is 13-19% high."""
 
