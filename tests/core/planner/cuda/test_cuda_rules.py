@@ -95,9 +95,9 @@ AUTOCAST_CALLS = {
 def test_the_emulation_casts_as_the_installed_cuda_kernels_do(name):
     if not hasattr(torch.ops.aten, name):
         # Only an op the table leaves out of this torch may be missing from it: one it models
-        # here must exist, or the table's version rows are wrong.
+        # here must exist, or the table's version rows are wrong. That is all there is to check.
         assert name not in cuda_autocast_table(), f"the table models aten::{name} here"
-        pytest.skip(f"torch {torch.__version__} has no aten::{name}, nor has the table")
+        return
     call = AUTOCAST_CALLS[name]
     with FakeTensorMode():
         real = _cuda_autocast_dtype(call)
