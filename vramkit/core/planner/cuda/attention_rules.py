@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from typing import Any
 
 import torch
@@ -33,6 +32,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import is_fake
 
 from vramkit.core.planner.cuda.cuda_rules import EFFICIENT, FLASH, MATH, DeviceRules
+from vramkit.core.planner.cuda.kernel_overrides import KernelOverrides
 
 CUDNN = "cudnn"
 
@@ -196,20 +196,14 @@ class CudaAttention:
         self.rules = rules
         self.choices: list[str] = []
         """The kernel picked for each call, in order (a trace reports them)."""
-        self._library: torch.library.Library | None = None
+        self._overrides = KernelOverrides()
 
     def __enter__(self) -> CudaAttention:
-        library = torch.library.Library("aten", "IMPL")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            library.impl("scaled_dot_product_attention", self._attention, "AutogradCPU")
-        self._library = library
+        self._overrides.register({"scaled_dot_product_attention": self._attention}, "AutogradCPU")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._library is not None:
-            self._library._destroy()
-            self._library = None
+        self._overrides.remove()
 
     def _attention(
         self,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,6 +28,7 @@ import torch
 from packaging.version import Version
 from torch.utils._pytree import tree_flatten, tree_map
 
+from vramkit.core.planner.cuda.kernel_overrides import KernelOverrides
 from vramkit.core.planner.cuda.tested_torch import is_cuda_build
 
 LOWER_PRECISION_OPS = (
@@ -279,20 +279,19 @@ class CudaAutocast:
             raise ValueError(f"autocast lower precision must be float16 or bfloat16, got {dtype}")
         self.dtype = dtype
         self._cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
-        self._library: torch.library.Library | None = None
+        self._overrides = KernelOverrides()
 
     def __enter__(self) -> CudaAutocast:
-        library = torch.library.Library("aten", "IMPL")
         policies = policy_ops()
-        with warnings.catch_warnings():
-            # Re-registering an op's AutocastCPU kernel warns once; it is the point here.
-            warnings.simplefilter("ignore")
-            for name, policy in policies.items():
-                if policy != CUDNN_RNN:
-                    library.impl(name, self._kernel(name, policy), "AutocastCPU")
-            for name in registered_cpu_ops() - set(policies):
-                library.impl(name, torch.library.fallthrough_kernel, "AutocastCPU")
-        self._library = library
+        kernels = {
+            name: self._kernel(name, policy)
+            for name, policy in policies.items()
+            if policy != CUDNN_RNN
+        }
+        # The CPU's own autocast kernels of ops CUDA autocast leaves alone fall through.
+        for name in registered_cpu_ops() - set(policies):
+            kernels[name] = torch.library.fallthrough_kernel
+        self._overrides.register(kernels, "AutocastCPU")
         # Real autocast empties its weight-cast cache whenever the outermost autocast region
         # exits (torch/amp/autocast_mode.py, `__exit__`: `torch.clear_autocast_cache()` once
         # `_decrement_autocast_nesting()` reaches 0), including the region that
@@ -303,9 +302,7 @@ class CudaAutocast:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._library is not None:
-            self._library._destroy()
-            self._library = None
+        if self._overrides.remove():
             torch.clear_autocast_cache = self._clear_real_cache
         self._cache.clear()
 
@@ -316,7 +313,7 @@ class CudaAutocast:
     @contextlib.contextmanager
     def region(self) -> Iterator[None]:
         """One autocast block: casting on inside, the weight-cast cache emptied on the way out."""
-        if self._library is None:
+        if not self._overrides.active:
             raise RuntimeError("CudaAutocast.region() needs the CudaAutocast context entered")
         try:
             with torch.autocast("cpu", dtype=self.dtype):

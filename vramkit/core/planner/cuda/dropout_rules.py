@@ -16,9 +16,9 @@ saves) a bool mask; the other cases behave as `_dropout_impl` does.
 
 from __future__ import annotations
 
-import warnings
-
 import torch
+
+from vramkit.core.planner.cuda.kernel_overrides import KernelOverrides
 
 
 class CudaDropout:
@@ -27,20 +27,14 @@ class CudaDropout:
     def __init__(self) -> None:
         self.fused_calls = 0
         """Calls that took the fused kernel (a trace can report them)."""
-        self._library: torch.library.Library | None = None
+        self._overrides = KernelOverrides()
 
     def __enter__(self) -> CudaDropout:
-        library = torch.library.Library("aten", "IMPL")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # overriding a registered kernel warns: the point
-            library.impl("dropout", self._dropout, "AutogradCPU")
-        self._library = library
+        self._overrides.register({"dropout": self._dropout}, "AutogradCPU")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._library is not None:
-            self._library._destroy()
-            self._library = None
+        self._overrides.remove()
 
     def _dropout(self, input: torch.Tensor, p: float, train: bool) -> torch.Tensor:
         if 0 < p < 1 and input.numel() > 0:

@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import math
 import re
-import warnings
 from collections.abc import Mapping, Sequence
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
+
+from vramkit.core.planner.cuda.kernel_overrides import KernelOverrides
 
 EMBEDDING_SORT_THRESHOLD = 3072
 """`embedding_dense_backward_cuda` sorts the indices only above this many (Embedding.cu)."""
@@ -225,21 +226,14 @@ class CudaKernels:
     """While entered, the ops of this module allocate and save what their CUDA kernels do."""
 
     def __init__(self) -> None:
-        self._library: torch.library.Library | None = None
+        self._overrides = KernelOverrides()
 
     def __enter__(self) -> CudaKernels:
-        library = torch.library.Library("aten", "IMPL")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # overriding a registered kernel warns: the point
-            for name, kernel in _KERNELS.items():
-                library.impl(name, kernel, "AutogradCPU")
-        self._library = library
+        self._overrides.register(_KERNELS, "AutogradCPU")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._library is not None:
-            self._library._destroy()
-            self._library = None
+        self._overrides.remove()
 
 
 def cublas_workspace_bytes(capability: tuple[int, int], environ: Mapping[str, str]) -> int:
