@@ -1,4 +1,5 @@
-"""Training traces for the tests that check a planner shortcut leaves a trace as it was."""
+"""Traces the planner tests share: training steps for the tests that check a planner shortcut
+leaves a trace as it was, and steps of the padded encoder (`planning_models.PaddedEncoder`)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from vramkit.core.planner.cuda.cuda_rules import DeviceRules
 from vramkit.core.planner.shortcuts.output_memo import OutputMemo
 from vramkit.core.planner.tracing import fake_trace
+from vramkit.core.planner.tracing.batches import grow_batch
 from vramkit.core.planner.tracing.fake_trace import (
     FakeStepRecorder,
     StepTrace,
@@ -18,6 +22,7 @@ from vramkit.core.planner.tracing.fake_trace import (
     trace_training,
 )
 from vramkit.core.planner.tracing.run_setup import RunSetup
+from vramkit.core.planner.tracing.subject import build_module, build_optimizer
 
 
 def traced_steps(
@@ -43,6 +48,42 @@ def traced_steps(
         )
         trace = trace_training(module, optimizer, batch, recorder, semantics)
     return trace, recorder
+
+
+def traced_padded_encoder(
+    trace: Callable[..., StepTrace],
+    *,
+    device: DeviceRules,
+    precision: str,
+    batch: int,
+    length: int,
+    width: int,
+    **net: Any,
+) -> StepTrace:
+    """One step (`trace_training` or `trace_validation`) of the padded encoder, built as a plan
+    builds the task's module, on `batch` unpadded sequences of `length` tokens of `width`
+    features; `net` goes to the encoder (`heads`, `layers`, ...)."""
+    setup = RunSetup(precision=precision, device=device)
+    fake_mode = FakeTensorMode()
+    model = OmegaConf.create(
+        {
+            "_target_": "planning_models.PaddedEncoder",
+            "optimizer": {"_target_": "torch.optim.AdamW", "_partial_": True},
+            "width": width,
+            **net,
+        }
+    )
+    module = build_module(model, setup, fake_mode)
+    one = {
+        "tokens": torch.randn(1, length, width),
+        "padding": torch.zeros(1, length, dtype=torch.bool),
+        "label": torch.tensor([3]),
+    }
+    with cuda_semantics(setup) as (semantics, _), fake_mode:
+        grown = grow_batch(one, batch)
+        optimizer = build_optimizer(module, setup)
+        recorder = FakeStepRecorder(scalar_stand_in=1, round_to_device=True, keep_timeline=False)
+        return trace(module, optimizer, grown, recorder, semantics)
 
 
 def assert_same_trace(direct: StepTrace, dispatched: StepTrace) -> None:

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-from omegaconf import OmegaConf
-from torch._subclasses.fake_tensor import FakeTensorMode
+from fake_traces import traced_padded_encoder
 
 from vramkit.core.planner.cuda.cuda_rules import DeviceRules
-from vramkit.core.planner.tracing.batches import grow_batch
 from vramkit.core.planner.tracing.fake_trace import (
-    FakeStepRecorder,
-    cuda_semantics,
     trace_training,
     trace_validation,
 )
 from vramkit.core.planner.tracing.peak_holders import SAVED_ACTIVATION, TEMPORARY, fold_indices
-from vramkit.core.planner.tracing.run_setup import RunSetup
-from vramkit.core.planner.tracing.subject import build_module, build_optimizer
 
 T4 = DeviceRules(capability=(7, 5), flash_attention=False, mem_efficient_attention=True)
 BATCH, LENGTH, WIDTH, HEADS, LAYERS = 8, 256, 32, 4, 3
@@ -24,28 +17,16 @@ SCORES = BATCH * HEADS * LENGTH * LENGTH * 4  # one [B, H, T, T] fp32 block (byt
 
 
 def _trace(trace):
-    setup = RunSetup(precision="32-true", device=T4)
-    fake_mode = FakeTensorMode()
-    model = OmegaConf.create(
-        {
-            "_target_": "planning_models.PaddedEncoder",
-            "optimizer": {"_target_": "torch.optim.AdamW", "_partial_": True},
-            "width": WIDTH,
-            "heads": HEADS,
-            "layers": LAYERS,
-        }
+    return traced_padded_encoder(
+        trace,
+        device=T4,
+        precision="32-true",
+        batch=BATCH,
+        length=LENGTH,
+        width=WIDTH,
+        heads=HEADS,
+        layers=LAYERS,
     )
-    module = build_module(model, setup, fake_mode)
-    one = {
-        "tokens": torch.randn(1, LENGTH, WIDTH),
-        "padding": torch.zeros(1, LENGTH, dtype=torch.bool),
-        "label": torch.tensor([3]),
-    }
-    with cuda_semantics(setup) as (semantics, _), fake_mode:
-        batch = grow_batch(one, BATCH)
-        optimizer = build_optimizer(module, setup)
-        recorder = FakeStepRecorder(scalar_stand_in=1, round_to_device=True, keep_timeline=False)
-        return trace(module, optimizer, batch, recorder, semantics)
 
 
 def test_repeated_blocks_fold_into_one_row():
