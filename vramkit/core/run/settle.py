@@ -70,17 +70,14 @@ class Settlement:
         return (*self.user_overrides, *self.in_code, *self.overrides)
 
     def __str__(self) -> str:
-        """The profile as the console shows it, what chose it, the remedy and the overrides (the
-        decisions are logged as they are taken)."""
+        """The profile as the console shows it, what chose it, the remedy (when the automatic fit
+        applied one) and the overrides (the decisions are logged as they are taken)."""
         how = "detected" if self.detected else "given"
-        return "\n".join(
-            (
-                describe_profile(self.profile),
-                f"settled for {self.device} ({how} profile)",
-                f"remedy: {' '.join(self.remedy) or 'none (the requested run fits)'}",
-                f"settlement overrides: {' '.join(self.overrides) or '(none)'}",
-            )
-        )
+        lines = [describe_profile(self.profile), f"settled for {self.device} ({how} profile)"]
+        if self.remedy:  # a run that fits as asked has nothing to say here
+            lines.append(f"remedy: {' '.join(self.remedy)}")
+        lines.append(f"settlement overrides: {' '.join(self.overrides) or '(none)'}")
+        return "\n".join(lines)
 
 
 def settle(
