@@ -17,8 +17,8 @@ from vramkit.core.planner.tracing.recorder import (
     OPTIMIZER_STATE,
     PARAMETERS,
 )
+from vramkit.core.quantization.planned_linear import PlannedQuantizedLinear
 from vramkit.core.run.resolve_hardware import requested_profile
-from vramkit.tasks.text_classification.planned_quantized_linear import PlannedQuantizedLinear
 
 TINY = ("task=text_classification", "model=tiny_classifier", "data.max_length=16")
 

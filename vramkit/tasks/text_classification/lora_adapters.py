@@ -24,7 +24,7 @@ from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import closest, source_of
 from vramkit.core.optional_dependency import import_optional
-from vramkit.tasks.text_classification.planned_quantized_linear import plan_quantized_linears
+from vramkit.core.quantization.planned_linear import plan_quantized_linears
 
 # Heads of AutoModelForSequenceClassification models: trained in full, never quantized.
 HEAD_NAMES = ("score", "classifier")

@@ -35,13 +35,28 @@ ABSMAX_BLOCK = 256
 """Absmax values per block of the second (double) quantization (`quantize_4bit`, nested)."""
 
 
-def quantized_weight_shapes(out_features: int, in_features: int, kind: str) -> dict[str, Any]:
-    """The device tensors of a quantized ``out × in`` weight: name -> (shape, dtype)."""
+def quantized_weight_shapes(
+    out_features: int, in_features: int, kind: str, *, double_quant: bool = True
+) -> dict[str, Any]:
+    """The device tensors of a quantized ``out × in`` weight: name -> (shape, dtype).
+
+    ``double_quant`` (4-bit only; bitsandbytes' ``compress_statistics``, transformers'
+    ``bnb_4bit_use_double_quant``) quantizes the absmax values again; without it they stay fp32.
+    NF4 and FP4 store the same sizes.
+    """
     numel = out_features * in_features
     if kind == "4bit":
         blocks = math.ceil(numel / NF4_BLOCK)
+        packed = ((math.ceil(numel / 2), 1), torch.uint8)
+        if not double_quant:
+            # one fp32 absmax per block and the 16-entry code
+            return {
+                "weight": packed,
+                "absmax": ((blocks,), torch.float32),
+                "codes": ((16,), torch.float32),
+            }
         return {
-            "weight": ((math.ceil(numel / 2), 1), torch.uint8),
+            "weight": packed,
             "absmax": ((blocks,), torch.uint8),
             "absmax2": ((math.ceil(blocks / ABSMAX_BLOCK),), torch.float32),
             # state2.code (256), the NF4 code (16) and the offset (1), fp32
@@ -97,6 +112,9 @@ class PlannedQuantizedLinear(nn.Linear):
         *,
         bias: bool,
         kind: str,
+        quant_type: str = "nf4",
+        double_quant: bool = True,
+        compute_dtype: torch.dtype | None = None,
         device: Any = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -104,7 +122,12 @@ class PlannedQuantizedLinear(nn.Linear):
         self.in_features = in_features
         self.out_features = out_features
         self.kind = kind
-        tensors = quantized_weight_shapes(out_features, in_features, kind)
+        self.quant_type = quant_type
+        self.double_quant = double_quant
+        self.compute_dtype = compute_dtype
+        tensors = quantized_weight_shapes(
+            out_features, in_features, kind, double_quant=double_quant
+        )
         shape, packed_dtype = tensors["weight"]
         self.weight = nn.Parameter(
             torch.empty(shape, dtype=packed_dtype, device=device), requires_grad=False
@@ -129,9 +152,20 @@ class PlannedQuantizedLinear(nn.Linear):
         return F.linear(x, weight, self.bias)
 
 
-def plan_quantized_linears(linears: Iterable[tuple[nn.Module, str, nn.Linear]], kind: str) -> int:
+def plan_quantized_linears(
+    linears: Iterable[tuple[nn.Module, str, nn.Linear]],
+    kind: str,
+    *,
+    quant_type: str = "nf4",
+    double_quant: bool = True,
+    compute_dtype: torch.dtype | None = None,
+) -> int:
     """Replace each ``(parent, name, layer)`` Linear layer by a `PlannedQuantizedLinear` of
-    `kind` on the same device; return how many."""
+    `kind` ("4bit" or "8bit") on the same device; return how many.
+
+    ``quant_type`` ("nf4" or "fp4"), ``double_quant`` and ``compute_dtype`` are the 4-bit
+    layer's settings as transformers' ``BitsAndBytesConfig`` names them (``bnb_4bit_*``).
+    """
     replaced = 0
     for parent, name, child in linears:
         layer = PlannedQuantizedLinear(
@@ -139,6 +173,9 @@ def plan_quantized_linears(linears: Iterable[tuple[nn.Module, str, nn.Linear]], 
             child.out_features,
             bias=child.bias is not None,
             kind=kind,
+            quant_type=quant_type,
+            double_quant=double_quant,
+            compute_dtype=compute_dtype,
             device=child.weight.device,
             dtype=child.weight.dtype,
         )
