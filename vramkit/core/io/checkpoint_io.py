@@ -34,6 +34,12 @@ from vramkit.core.io.disk_space import (
     free_bytes,
     ran_out_of_space,
 )
+from vramkit.core.io.safe_load import (
+    SAFE_GLOBALS,
+    UnreadableCheckpointError,
+    check_readable_file,
+    load_weights_only,
+)
 
 log = logging.getLogger(__name__)
 
@@ -144,27 +150,36 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             torch.save(checkpoint, handle)
         log.debug("saved checkpoint %s", path)
 
+    def load_checkpoint(
+        self,
+        path: _PATH,
+        map_location: Any | None = None,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
+        """Every checkpoint Lightning loads (``trainer.fit(ckpt_path=...)``, validate, test)
+        is read as `read_checkpoint` reads it: weights only, whatever ``weights_only`` the
+        caller passed (Lightning passes None, which ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` turns
+        into an unrestricted load). Tensors come back on the CPU (``map_location`` is ignored):
+        Lightning moves the states to the device when it restores them. Not memory-mapped, as
+        Lightning loads it: the restored states are ordinary memory."""
+        if not _is_local_file_protocol(path):
+            with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
+                return super().load_checkpoint(path, map_location, weights_only=True)
+        _, local_path = fsspec.core.url_to_fs(str(path))
+        return read_checkpoint(local_path, mmap=False)
 
-class UnreadableCheckpointError(ValueError):
-    """A file that cannot be loaded as a checkpoint; the message says why, in a few words."""
 
-
-def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The Lightning checkpoint at ``path``, memory-mapped (its tensors are read when touched).
+def read_checkpoint(path: str | os.PathLike[str], *, mmap: bool = True) -> dict[str, Any]:
+    """The Lightning checkpoint at ``path``, loaded through `load_weights_only` (nothing in the
+    file runs code); ``mmap=True`` maps it (its tensors are read when touched).
 
     Everything that makes ``torch.load`` fail with a bare traceback (no file, a folder, zero
     bytes, a text file, half a file) raises `UnreadableCheckpointError` instead, as does a
-    loadable file that is not a Lightning checkpoint (no ``state_dict``).
+    loadable file that is not a Lightning checkpoint (no ``state_dict``); a file whose pickle
+    would call code raises `UnsafeFileError` (a subclass) naming what it would call.
     """
     path = Path(path).expanduser()
-    if not path.exists():
-        raise UnreadableCheckpointError(f"no file at {path}")
-    if path.is_dir():
-        raise UnreadableCheckpointError(f"{path} is a folder, not a checkpoint file")
-    if path.stat().st_size == 0:
-        raise UnreadableCheckpointError(f"{path} is empty (0 bytes)")
-    if not os.access(path, os.R_OK):
-        raise UnreadableCheckpointError(f"{path} cannot be read (permission denied)")
+    check_readable_file(path)
     # torch.save writes a zip archive: anything else is not a checkpoint, and a zip without its
     # central directory (at the end of the file) is a copy or a write that stopped half way.
     if not zipfile.is_zipfile(path):
@@ -176,13 +191,7 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
             if truncated
             else f"{path} is not a PyTorch checkpoint ({size} bytes, not a torch.save archive)"
         )
-    try:
-        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as error:  # torch raises RuntimeError, pickle's errors, KeyError, ...
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise UnreadableCheckpointError(
-            f"{path} cannot be loaded ({type(error).__name__}: {first_line})"
-        ) from None
+    checkpoint = load_weights_only(path, mmap=mmap)
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         found = sorted(checkpoint)[:6] if isinstance(checkpoint, dict) else type(checkpoint)
         raise UnreadableCheckpointError(

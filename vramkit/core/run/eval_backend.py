@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import torch
 from omegaconf import DictConfig
 
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import ConfigPath, Settings
 from vramkit.core.config.source import ConfigSource, command_line_overrides
+from vramkit.core.run.checkpoint_setting import checkpoint_setting
 
 BACKEND_KEYS = ("backend", "ckpt_path", "onnx_path", "onnx_threads")
 
@@ -63,13 +63,14 @@ def prepare_model(cfg: DictConfig, model: Any, settings: EvalBackendSettings) ->
     """``model`` ready for the backend: the checkpoint's weights loaded (backend=torch), or its
     network swapped for the export (backend=onnxruntime, whose weights are the export's).
 
-    The checkpoint is read here, once, with ``weights_only=True`` (tensors and plain values,
-    no code), rather than by ``trainer.validate(ckpt_path=...)`` and again by
+    The checkpoint is read here, once, through `checkpoint_setting` (weights only: tensors and
+    plain values, no code; any other file is refused naming ``ckpt_path``), rather than by
+    ``trainer.validate(ckpt_path=...)`` and again by
     ``trainer.predict``: Lightning would also restore the training callbacks' states and
     warn, twice, that the callbacks which wrote them are missing, which evaluation never needs.
     """
     if settings.backend == "torch":
-        checkpoint = torch.load(settings.ckpt_path, map_location="cpu", weights_only=True)
+        checkpoint = checkpoint_setting("ckpt_path", settings.ckpt_path, mmap=False)
         # as strictly as Lightning's own loading (a LightningModule's strict_loading)
         strict = getattr(model, "strict_loading", True)
         model.load_state_dict(checkpoint["state_dict"], strict=strict)

@@ -19,7 +19,9 @@ line (exit status 2):
   learning rate included), so they are set back in the config, which then records what trains.
 
 The settings are compared with the newest config Hydra recorded in the checkpoint's run folder
-(``.hydra/config.yaml``, ``.hydra.resume_<n>/config.yaml``), unresolved, as both were composed: a
+(``.hydra/config.yaml``, ``.hydra.resume_<n>/config.yaml``), read as data (a run folder's files
+are never resolved: an edited ``task_name: ${run_folder:/any/path}`` must create nothing), and
+unresolved, as both were composed: a
 ``${hw.batch_size}`` that the profile settles compares equal to itself, and
 ``hw.batch_size`` (what the user sets) is compared instead.
 """
@@ -43,7 +45,7 @@ from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import ConfigSource, command_line_overrides
 from vramkit.core.io.checkpoint_io import UnreadableCheckpointError, read_checkpoint
 from vramkit.core.run.refusals import refusals_as_messages
-from vramkit.core.run.run_folder import folder_of_checkpoint
+from vramkit.core.run.run_folder import folder_of_checkpoint, read_run_file
 
 EXACTNESS_KEYS = (
     "task_name",
@@ -158,7 +160,9 @@ def load_initial_weights(model: torch.nn.Module, path: str | Path) -> None:
     model.load_state_dict(read_checkpoint(path)["state_dict"], strict=strict)
 
 
-def exactness_changes(previous: DictConfig, current: DictConfig) -> list[tuple[str, Any, Any]]:
+def exactness_changes(
+    previous: DictConfig | dict[str, Any], current: DictConfig
+) -> list[tuple[str, Any, Any]]:
     """``(key, old, new)`` for each leaf under `EXACTNESS_KEYS` that differs between two configs
     (unresolved: interpolations compare as written); a missing key reads as `_ABSENT`."""
     old, new = _leaves(previous), _leaves(current)
@@ -173,8 +177,9 @@ def _breaks_exactness(key: str) -> bool:
     return any(key == prefix or key.startswith(f"{prefix}.") for prefix in EXACTNESS_KEYS)
 
 
-def _leaves(cfg: DictConfig) -> dict[str, Any]:
-    return dict(_walk(OmegaConf.to_container(cfg, resolve=False), ""))
+def _leaves(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
+    container = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=False)
+    return dict(_walk(container, ""))
 
 
 def _walk(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
@@ -204,7 +209,7 @@ def _check_same_model(
     path: Path,
     checkpoint: dict[str, Any],
     task: DictConfig,
-    recorded: DictConfig | None,
+    recorded: dict[str, Any] | None,
 ) -> None:
     trained_with = _trained_with(path)
     their_task = recorded.get("task_name") if recorded is not None else None
@@ -263,8 +268,9 @@ def _shape(shape: tuple[int, ...]) -> str:
     return "[" + ",".join(str(size) for size in shape) + "]"
 
 
-def _recorded_config(path: Path) -> DictConfig | None:
-    """The newest config Hydra recorded in the run folder of checkpoint ``path``, or None."""
+def _recorded_config(path: Path) -> dict[str, Any] | None:
+    """The newest config Hydra recorded in the run folder of checkpoint ``path``, as data (its
+    interpolations unresolved: `read_run_file`), or None."""
     folder = folder_of_checkpoint(path)
     if folder is None:
         return None
@@ -274,7 +280,7 @@ def _recorded_config(path: Path) -> DictConfig | None:
         key=lambda record: int(re.sub(r"\D", "", record.parent.suffix) or 0),
     )
     present = [record for record in records if record.is_file()]
-    return OmegaConf.load(present[-1]) if present else None
+    return read_run_file(present[-1]) if present else None
 
 
 def _trained_with(path: Path) -> str:
@@ -283,7 +289,11 @@ def _trained_with(path: Path) -> str:
     record = folder / ".hydra" / "hydra.yaml" if folder is not None else None
     if record is None or not record.is_file():
         return ""
-    choices = OmegaConf.load(record).hydra.runtime.choices
+    hydra = read_run_file(record).get("hydra")
+    runtime = hydra.get("runtime") if isinstance(hydra, dict) else None
+    choices = runtime.get("choices") if isinstance(runtime, dict) else None
+    if not isinstance(choices, dict):
+        return ""
     named = [f"{group}={choices[group]}" for group in ("task", "model") if choices.get(group)]
     return f"; it was trained with {', '.join(named)}" if named else ""
 

@@ -27,6 +27,10 @@ import itertools
 import os
 import time
 from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
 
 from vramkit.core.config.schema import ConfigError
 
@@ -126,6 +130,18 @@ def record_name(folder: str | Path, name: str) -> str:
         if not (folder / candidate).exists():
             return candidate
     raise AssertionError("unreachable")  # itertools.count never ends
+
+
+def read_run_file(path: str | Path) -> dict[str, Any]:
+    """A YAML record of a run folder (``.hydra/config.yaml``, ``resolved_config.yaml``) as plain
+    data: strings stay strings, so a ``${...}`` in it is never resolved (a resolver such as
+    ``run_folder`` creates folders) and nothing in it is instantiated; {} when it holds no
+    mapping, or is not YAML."""
+    try:  # parsed as OmegaConf parses it (its float rule), converted without resolving
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def read_run_overrides(path: str | Path) -> tuple[str, ...]:

@@ -8,13 +8,12 @@ model is weak should read why on the last line, not find it out from the step co
 from __future__ import annotations
 
 import math
-import pickle
 from pathlib import Path
 
 import lightning as L
-import torch
 
 from vramkit.core.callbacks.max_time_annealing import max_time_timer
+from vramkit.core.io.checkpoint_io import UnreadableCheckpointError, read_checkpoint
 
 
 def summary_lines(trainer: L.Trainer) -> list[str]:
@@ -45,10 +44,10 @@ def _best_line(trainer: L.Trainer) -> str | None:
 def _saved_epoch(path: Path) -> int | None:
     # mmap: reads the checkpoint's small records, not its tensors' bytes.
     try:
-        saved = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError):
+        saved = read_checkpoint(path)
+    except UnreadableCheckpointError:
         return None  # a summary line never fails the run it describes
-    epoch = saved.get("epoch") if isinstance(saved, dict) else None
+    epoch = saved.get("epoch")
     return int(epoch) if isinstance(epoch, int) else None
 
 

@@ -79,7 +79,12 @@ def train(cfg: DictConfig) -> float | None:
     try:
         log_config(trainer, cfg)
         if cfg.get("train", True):
-            trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+            # weights_only=True explicitly: Lightning's None lets TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
+            # unpickle anything (vramkit.core.io.safe_load); the checkpoint was already read
+            # that way by the resume contract before any folder was touched.
+            trainer.fit(
+                model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True
+            )
         result = _optimized_metric(trainer, cfg.get("optimized_metric"))
     finally:
         finish_wandb()

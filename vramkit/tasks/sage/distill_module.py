@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vramkit.core.io.checkpoint_io import read_checkpoint
 from vramkit.core.optim.scheduled_module import OptimizerFactory
 from vramkit.tasks.sage.arc_batching import FEATURES_KEY
 from vramkit.tasks.sage.compression_report import (
@@ -38,6 +39,7 @@ from vramkit.tasks.sage.compression_report import (
     latency_batches,
     measure_latency_ms,
 )
+from vramkit.tasks.sage.feature_cache import MANIFEST_NAME
 from vramkit.tasks.sage.grid_loss import DistillLossWeights, feature_distillation
 from vramkit.tasks.sage.grid_module import COPY, MODEL, SCORES_KEY, GridModelModule
 from vramkit.tasks.sage.grid_outputs import GridOutput, GridPrediction
@@ -168,7 +170,9 @@ class SageDistillModule(GridModelModule):
             self._latencies(self.net, batches),
             scores.get(MODEL),
         )
-        teacher_module, teacher_note = self._load_teacher(datamodule.cache.manifest["teacher"])
+        teacher_module, teacher_note = self._load_teacher(
+            datamodule.cache.manifest["teacher"], datamodule.cache.directory / MANIFEST_NAME
+        )
         teacher = ModelRow(
             "teacher",
             int(datamodule.cache.manifest["teacher"]["parameters"]),
@@ -205,14 +209,19 @@ class SageDistillModule(GridModelModule):
         )
         return report
 
-    def _load_teacher(self, info: Mapping[str, Any]) -> tuple[nn.Module | None, str | None]:
+    def _load_teacher(
+        self, info: Mapping[str, Any], manifest: Path
+    ) -> tuple[nn.Module | None, str | None]:
         checkpoint = Path(info["checkpoint"])
         if not checkpoint.is_file() or file_sha256(checkpoint) != info["sha256"]:
             note = f"teacher checkpoint {checkpoint} is gone or changed: no teacher latency"
             log.warning(note)
             return None, note
         loaded = load_teacher(
-            checkpoint, info["network"], state_dict_prefix=info.get("state_dict_prefix")
+            checkpoint,
+            info["network"],
+            state_dict_prefix=info.get("state_dict_prefix"),
+            net_config_file=manifest,
         )
         return loaded.module.to(self.device), None
 
@@ -249,11 +258,7 @@ def student_scores(
     callback = trainer.checkpoint_callback
     path = getattr(callback, "best_model_path", "") or ""
     monitor = getattr(callback, "monitor", None)
-    saved = (
-        torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-        if path and monitor
-        else {}
-    )
+    saved = read_checkpoint(path) if path and monitor else {}
     if SCORES_KEY not in saved:
         why = f"{path} holds no scores" if saved else "no checkpoint ranked by a monitored metric"
         end = f"the weights at the end of training ({why})"

@@ -28,6 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from vramkit.core.config.schema import ConfigError
+from vramkit.core.io.safe_load import UnreadableCheckpointError, load_array
+
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
 # name → (numpy storage dtype, torch dtype); numpy has no bfloat16, so its bits go as int16
@@ -37,8 +40,16 @@ FEATURE_DTYPES: dict[str, tuple[np.dtype, torch.dtype]] = {
 }
 
 
-class FeatureCacheError(ValueError):
-    """A cache that does not belong to this run's teacher or data, or is damaged."""
+class FeatureCacheError(ConfigError):
+    """A cache that does not belong to this run's teacher or data, or is damaged: a refusal
+    (one line, exit 2), whose message says how to make the right one."""
+
+
+def _array(path: Path, *, mmap: bool = False) -> np.ndarray:
+    try:
+        return load_array(path, mmap=mmap)
+    except UnreadableCheckpointError as error:
+        raise FeatureCacheError(f"{error}; re-extract the feature cache") from None
 
 
 def settings_fingerprint(settings: Mapping[str, Any]) -> str:
@@ -257,6 +268,8 @@ class FeatureCache:
                         f"{path}: {size} bytes on disk, the manifest says {entry['bytes'][name]}; "
                         f"the cache is damaged, re-extract it"
                     )
+                if path.suffix == ".npy":  # numbers only: one holding a pickle is refused here
+                    _array(path, mmap=True)
 
     def __getstate__(self) -> dict[str, Any]:
         # memory maps are reopened in every loader worker rather than pickled
@@ -273,7 +286,7 @@ class FeatureCache:
             elif name == "tokens":
                 self._maps[key] = np.memmap(path, np.uint8, mode="r", shape=shape[:1])
             else:
-                self._maps[key] = np.load(path)
+                self._maps[key] = _array(path)
         return self._maps[key]
 
     def splits(self) -> list[str]:

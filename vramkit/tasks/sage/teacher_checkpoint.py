@@ -7,7 +7,12 @@ has ``predict(batch) -> GridPrediction`` is scored next to the student (and one 
 ``encode_and_predict(batch) -> (features, GridPrediction)`` gives both from one pass).
 
 - The embedded teacher: a checkpoint of ``python train.py task=arc_teacher``; it names its own
-  network class and sizes (``TEACHER_NETWORK_KEY``), so no config is needed to load it.
+  network class and sizes (``TEACHER_NETWORK_KEY``), so no config is needed to load it. A file
+  is data, not config: the network it names is built only when it is one of vramkit's SAGE
+  networks (`OWN_NETWORKS`) and its arguments are plain values (no nested ``_target_``, no
+  ``${...}`` interpolation, which Hydra's ``instantiate`` would resolve), by calling the class
+  itself rather than ``instantiate``. The file itself is read weights-only
+  (`vramkit.core.run.checkpoint_setting.weights_setting`).
 - A plug-in teacher: ``teacher.net`` is a config node with ``_target_`` (e.g. an adapter around
   a vision-language model that pools its features per grid cell) and ``teacher.checkpoint`` a
   local weights file: a plain ``state_dict`` or a Lightning checkpoint whose ``state_dict`` keys
@@ -30,11 +35,14 @@ from torch import nn
 
 from vramkit.core.config.legacy_targets import upgrade_targets
 from vramkit.core.config.schema import ConfigError
+from vramkit.core.run.checkpoint_setting import weights_setting
 from vramkit.tasks.sage.commands import TEACHER_ENTRY, suggest_command
 
 LATEST = "latest"  # teacher.checkpoint value: the newest arc_teacher run's last.ckpt
 TEACHER_NETWORK_KEY = "sage_teacher_network"  # checkpoint entry: {_target_, **init kwargs}
 TEACHER_TASK = "arc_teacher"
+OWN_NETWORKS = "vramkit.tasks.sage."
+"""The package whose network classes a file (checkpoint, cache manifest) may name."""
 
 
 class MissingTeacherError(ConfigError, FileNotFoundError):
@@ -127,13 +135,16 @@ def load_teacher(
     net_config: Mapping[str, Any] | DictConfig | None = None,
     *,
     state_dict_prefix: str | None = None,
+    net_config_file: Path | None = None,
 ) -> LoadedTeacher:
     """Build the teacher and load its weights from ``checkpoint``.
 
     Without ``net_config`` the checkpoint must come from ``task=arc_teacher`` (it names its
     network); ``state_dict_prefix`` defaults to ``net.`` there and to none for a plug-in.
+    ``net_config_file``: the file ``net_config`` was read from (a feature cache's manifest),
+    which makes it data, built as `network_from_file` builds a checkpoint's network.
     """
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    state = weights_setting("teacher.checkpoint", checkpoint)
     if net_config is None:
         config = state.get(TEACHER_NETWORK_KEY) if isinstance(state, Mapping) else None
         if config is None:
@@ -142,17 +153,79 @@ def load_teacher(
                 f"{TEACHER_NETWORK_KEY}); for another teacher set teacher.net._target_=<class>"
             )
         prefix = "net." if state_dict_prefix is None else state_dict_prefix
+        config, teacher = network_from_file(config, f"teacher.checkpoint: {checkpoint}")
+    elif net_config_file is not None:
+        prefix = state_dict_prefix or ""
+        config, teacher = network_from_file(net_config, str(net_config_file))
     else:
         if isinstance(net_config, DictConfig):
             net_config = OmegaConf.to_container(net_config, resolve=True)
-        config = dict(net_config)
+        config = upgrade_targets(dict(net_config))  # a teacher of vramkit's first layout
         prefix = state_dict_prefix or ""
-    config = upgrade_targets(config)  # a teacher saved by vramkit's first layout still loads
-    module_name, _, class_name = str(config.get("_target_", "")).rpartition(".")
-    if not module_name:
-        raise ValueError(f"teacher network config has no _target_: {config}")
-    importlib.import_module(module_name)  # a clear ImportError before Hydra's wrapped one
-    teacher = instantiate(config)
-    check_teacher_interface(teacher, f"teacher {module_name}.{class_name}")
+        importlib.import_module(_module_of(config))  # a clear ImportError before Hydra's own
+        teacher = instantiate(config)
+    check_teacher_interface(teacher, f"teacher {config['_target_']}")
     teacher.load_state_dict(_state_dict(state, prefix))
     return LoadedTeacher(module=teacher.eval(), config=config, state_dict_prefix=prefix)
+
+
+def network_from_file(config: Any, source: str) -> tuple[dict[str, Any], nn.Module]:
+    """The config node a file holds (``{_target_, **arguments}``, old targets upgraded) and the
+    network it names, built by calling its class, which must be an ``nn.Module`` of
+    `OWN_NETWORKS`, with plain-value arguments.
+
+    ``source`` names the file for the `ConfigError` a refused node raises (it runs nothing)."""
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"{source}: its network is not a config node ({type(config).__name__})")
+    config = upgrade_targets(dict(config))  # a teacher saved by vramkit's first layout
+    target = str(config.get("_target_", ""))
+    if not target.startswith(OWN_NETWORKS):
+        raise ConfigError(
+            f"{source}: its network {target!r} is not one of vramkit's SAGE networks "
+            f"({OWN_NETWORKS}*); a file's network is built only from vramkit's own classes (for "
+            "another teacher set teacher.net._target_=<class>)",
+            ("teacher.checkpoint",),
+        )
+    arguments = {key: value for key, value in config.items() if key != "_target_"}
+    unsafe = _not_plain(arguments)
+    if unsafe:
+        raise ConfigError(
+            f"{source}: network argument {unsafe} is not a plain value (a file's network "
+            "arguments are numbers, strings and lists of them)",
+            ("teacher.checkpoint",),
+        )
+    module_name, _, class_name = target.rpartition(".")
+    network = getattr(importlib.import_module(module_name), class_name, None)
+    if not (isinstance(network, type) and issubclass(network, nn.Module)):
+        raise ConfigError(f"{source}: {target} is not a network class", ("teacher.checkpoint",))
+    return config, network(**arguments)
+
+
+def _not_plain(node: Any, path: str = "") -> str | None:
+    """The first argument (dotted path) of ``node`` that is no plain value, or None."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if not isinstance(key, str) or key.startswith("_"):
+                return f"{path}{key}"
+            found = _not_plain(value, f"{path}{key}.")
+            if found:
+                return found
+        return None
+    if isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            found = _not_plain(value, f"{path}{index}.")
+            if found:
+                return found
+        return None
+    if node is None or isinstance(node, (bool, int, float)):
+        return None
+    if isinstance(node, str) and "${" not in node:
+        return None
+    return path.rstrip(".") or repr(node)
+
+
+def _module_of(config: Mapping[str, Any]) -> str:
+    module_name, _, _ = str(config.get("_target_", "")).rpartition(".")
+    if not module_name:
+        raise ValueError(f"teacher network config has no _target_: {config}")
+    return module_name

@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from torch import Tensor, nn
+
+from vramkit.core.config.schema import ConfigError
+from vramkit.core.io.safe_load import UnreadableCheckpointError, load_weights_only
 
 # Blocks per stage of ResNet-18.
 RESNET18_LAYERS = (2, 2, 2, 2)
@@ -92,8 +94,9 @@ class ResNetBackbone(nn.Module):
         return [c2, c3, c4, c5]
 
 
-class BackboneWeightsError(ValueError):
-    """A weights file that does not fit the backbone; the message names the file and the keys."""
+class BackboneWeightsError(ConfigError):
+    """A weights file that does not fit the backbone, or cannot be read weights-only: a refusal
+    (one line, exit 2) whose message names the file and the keys."""
 
 
 @dataclass(frozen=True)
@@ -181,13 +184,10 @@ def load_backbone_weights(
     if not path.is_file():
         raise FileNotFoundError(f"backbone weights file not found: {path}")
     try:
-        # weights_only: a weights file must not be able to run code when it is opened.
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:
-        raise BackboneWeightsError(
-            f"{path}: cannot be read as a weights-only torch file ({error}); "
-            "save the backbone's state_dict() alone"
-        ) from error
+        # weights only: a weights file must not be able to run code when it is opened.
+        obj = load_weights_only(path)
+    except UnreadableCheckpointError as error:
+        raise BackboneWeightsError(f"{error}; save the backbone's state_dict() alone") from None
     state = _backbone_state(_unwrap_checkpoint(obj, path), path)
 
     expected = backbone.state_dict()

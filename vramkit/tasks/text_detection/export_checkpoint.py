@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -25,6 +24,7 @@ from torch.utils.data import DataLoader
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.source import ConfigSource, command_line_overrides
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
+from vramkit.core.run.checkpoint_setting import checkpoint_setting
 from vramkit.core.run.settle import settle, settled_config
 from vramkit.tasks.text_detection.backend_parity import compare_backends
 from vramkit.tasks.text_detection.device_inputs import normalize_images
@@ -53,15 +53,13 @@ def _settings(cfg: DictConfig) -> tuple[ExportRequest, ExportSettings]:
         title="invalid export request",
     )
     settings = ExportSettings.from_config(cfg.export, key_prefix="export.", source=source)
-    if not request.ckpt_path.is_file():
-        raise FileNotFoundError(f"ckpt_path: no checkpoint file at {request.ckpt_path}")
     return request, settings
 
 
-def load_network(cfg: DictConfig, ckpt_path: Path) -> Any:
-    """The LightningModule of ``cfg.model`` with the weights of ``ckpt_path``, in eval mode."""
+def load_network(cfg: DictConfig, checkpoint: dict[str, Any]) -> Any:
+    """The LightningModule of ``cfg.model`` with the weights of ``checkpoint`` (as
+    `checkpoint_setting` read it), in eval mode."""
     module = instantiate(cfg.model)
-    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
     module.load_state_dict(checkpoint["state_dict"])
     return module.eval()
 
@@ -113,10 +111,14 @@ def _verdicts(parity: dict[str, dict[str, float]], settings: ExportSettings) -> 
 def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
     """Export ``cfg.ckpt_path`` as ``cfg.export`` says; returns (and writes) the record."""
     request, settings = _settings(cfg)
+    # Read first, weights only: a file that is no checkpoint, or would run code, is refused in
+    # one line before any work, and the refusal withdraws the exports/ folder Hydra made.
+    checkpoint = checkpoint_setting("ckpt_path", request.ckpt_path, mmap=False)
     cfg = settled_config(settle(cfg, plan_batches=False))
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
-    module = load_network(cfg, request.ckpt_path)
+    module = load_network(cfg, checkpoint)
+    del checkpoint
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("validate")
