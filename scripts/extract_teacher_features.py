@@ -11,6 +11,7 @@ given by ``teacher.net._target_``. Does nothing when a complete, matching cache 
 import hydra
 from omegaconf import DictConfig
 
+from vramkit.core.run.refusals import refusals_as_messages
 from vramkit.core.run.resolvers import register_resolvers
 from vramkit.tasks.sage.feature_extraction import run_extraction
 
@@ -19,7 +20,8 @@ register_resolvers()  # before Hydra composes, as in train.py
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
-    run_extraction(cfg)
+    with refusals_as_messages():  # a refused teacher or cache: one line, exit 2, no run folder
+        run_extraction(cfg)
 
 
 if __name__ == "__main__":

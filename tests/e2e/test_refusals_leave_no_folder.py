@@ -6,43 +6,18 @@ refusal costs a composition, not an interpreter start; the refusals exit before 
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
-from hydra.core.global_hydra import GlobalHydra
 
+from tests.e2e.entry_points import run_entry_point
 from vramkit.core.run.run_folder_lock import LOCK_NAME, lock_run_folder
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _train_py(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     """Run ``python train.py <args>`` here; its exit status and stderr."""
-    return _entry_point(monkeypatch, capsys, "train.py", *args)
-
-
-def _entry_point(monkeypatch, capsys, script: str, *args: str) -> tuple[int, str]:
-    """Run ``python <script> <args>`` (a path from the repository root) here; its exit status
-    and stderr."""
-    spec = importlib.util.spec_from_file_location("entry_point", REPO / script)
-    entry = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(entry)
-    # Hydra finds conf/ beside the file of a task function defined in __main__, as when run
-    entry.main.__wrapped__.__module__ = "__main__"
-    monkeypatch.setattr(sys, "argv", [script, *args])
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    typos = getattr(entry, "did_you_mean_on_refusal", None)  # scripts/export.py has none
-    around = typos(Path(script).stem) if typos else contextlib.nullcontext()
-    try:
-        with pytest.raises(SystemExit) as stop, around:
-            entry.main()
-    finally:
-        GlobalHydra.instance().clear()
-    return stop.value.code, capsys.readouterr().err
+    return run_entry_point(monkeypatch, capsys, "train.py", *args)
 
 
 def _read_only_dir(tmp_path: Path) -> Path:
@@ -83,7 +58,7 @@ def test_a_refused_eval_or_export_leaves_no_folder(
     monkeypatch, capsys, tmp_path, script, mistake, says
 ):
     logs = tmp_path / "logs"
-    code, err = _entry_point(
+    code, err = run_entry_point(
         monkeypatch, capsys, script, "+hw=cpu", f"paths.log_dir={logs}", mistake
     )
     assert code == 2, err
