@@ -78,7 +78,7 @@ def claim_run_folder(runs_dir: Path, now: float, environ: dict[str, str]) -> Pat
         runs_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise _unwritable(runs_dir, error) from None
-    name = _slurm_name(environ) or time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now))
+    name = slurm_name(environ) or time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now))
     if name.startswith("slurm-") and int(environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0:
         (runs_dir / name).mkdir(exist_ok=True)
         return runs_dir / name
@@ -110,7 +110,9 @@ def _unwritable(runs_dir: Path, error: OSError) -> ConfigError:
     )
 
 
-def _slurm_name(environ: dict[str, str]) -> str | None:
+def slurm_name(environ: dict[str, str]) -> str | None:
+    """The run folder name of the SLURM job in ``environ`` (``slurm-<job id>[_<array task>]``),
+    or None outside SLURM."""
     job = environ.get("SLURM_ARRAY_JOB_ID") or environ.get("SLURM_JOB_ID")
     if not job:
         return None

@@ -30,6 +30,7 @@ RECORDS = (
     "*.log",
     ".lock",
     "resolved_config*.yaml",
+    "overrides*.txt",
     "run_environment*.json",
     "fit_decision*.json",
     "memory_plan*.json",
@@ -73,7 +74,9 @@ class RunFolderClaim:
         return True
 
 
-_claim: RunFolderClaim | None = None
+_claims: list[RunFolderClaim] = []
+"""The folders this process holds, oldest first: a single run's, or a sweep's and its current
+job's (jobs of the basic launcher run one after another in the sweep's process)."""
 
 
 def claim_run_folder(folder: Path) -> RunFolderClaim:
@@ -81,7 +84,6 @@ def claim_run_folder(folder: Path) -> RunFolderClaim:
 
     Raises `RunFolderBusyError` when another live run holds it.
     """
-    global _claim
     folder = Path(folder).absolute()
     top_created = CREATED.get(folder)
     if top_created is None and not folder.exists():
@@ -98,31 +100,31 @@ def claim_run_folder(folder: Path) -> RunFolderClaim:
             ("hydra.run.dir",),
         ) from None
     logs = {name: (folder / name).stat().st_size for name in entries if name.endswith(".log")}
-    _claim = RunFolderClaim(folder, lock, top_created, entries, logs)
-    return _claim
+    claim = RunFolderClaim(folder, lock, top_created, entries, logs)
+    _claims.append(claim)
+    return claim
 
 
 def withdraw_claim() -> bool:
-    """On a refusal: undo what this run wrote into its folder, if it did no work yet (see
-    `RunFolderClaim.withdraw`); False when there is no claim or it must stay."""
-    global _claim
-    if _claim is None:
+    """On a refusal: undo what this run wrote into its folder (the newest claim), if it did no
+    work yet (see `RunFolderClaim.withdraw`); False when there is no claim or it must stay."""
+    if not _claims:
         return False
+    claim = _claims.pop()
     try:
-        withdrawn = _claim.withdraw()
+        return claim.withdraw()
     except OSError as error:  # the refusal's message matters more than this cleanup
-        log.warning("could not remove what this run wrote into %s: %s", _claim.folder, error)
-        withdrawn = False
-    _claim = None
-    return withdrawn
+        log.warning("could not remove what this run wrote into %s: %s", claim.folder, error)
+        return False
 
 
-def release_claim() -> None:
-    """The run or sweep ended: let its folder go (the lock file goes with it)."""
-    global _claim
-    if _claim is not None:
-        _claim.lock.release()
-        _claim = None
+def release_claim(folder: Path | None = None) -> None:
+    """The run, job or sweep ended: let its folder go (the lock file goes with it); every
+    folder this process holds when ``folder`` is None."""
+    for claim in list(_claims):
+        if folder is None or claim.folder == Path(folder).absolute():
+            claim.lock.release()
+            _claims.remove(claim)
 
 
 def _close_logs_in(folder: Path) -> None:

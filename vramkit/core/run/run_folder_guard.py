@@ -6,8 +6,14 @@ folder, writes ``.hydra/`` and opens the log. Here the folder is resolved (Omega
 ``run_folder`` resolver, so Hydra gets the same folder), locked and its contents noted
 (:mod:`vramkit.core.run.run_folder_claim`): a second run in a held folder is refused in one line
 before it writes anything, and a refusal of this run removes what it wrote. A folder that cannot
-be created (a read-only ``paths.log_dir``) is refused the same way. A sweep holds its sweep folder
-from ``on_multirun_start`` (after `SweepPrecheck`, so a refused sweep creates none) to its end.
+be created (a read-only ``paths.log_dir``) is refused the same way. Before that, and changing
+nothing, a run is refused in a folder another run owns (`check_folder_owner`: its checkpoints or
+records, unless this run resumes them; a running sweep's job folder). A sweep holds its sweep
+folder from ``on_multirun_start`` (after `SweepPrecheck`, so a refused sweep creates none) to its
+end, and each job its job folder (`claim_job_folder`, the first thing ``train`` does: Hydra
+writes a job's records before any callback sees the job, and a refusal raised by a callback
+would end the whole sweep, where one raised in the job fails that job alone) until
+``on_job_end``.
 
 Only the launching process claims: the processes Lightning starts for DDP (``trainer=ddp_sim``)
 run ``train.py`` again in the same folder with ``LOCAL_RANK`` >= 1, and the processes of a
@@ -20,11 +26,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from vramkit.core.run.refusals import REFUSALS, refusals_as_messages, refusals_before_the_sweep
 from vramkit.core.run.run_folder_claim import claim_run_folder, release_claim
+from vramkit.core.run.run_folder_owner import check_folder_owner
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 """Where launchers put a process's rank (as Lightning reads it for ``rank_zero_only``)."""
@@ -37,7 +47,11 @@ class RunFolderGuard(Callback):
         if not launching_process(os.environ):
             return
         with refusals_as_messages():
-            claim_run_folder(Path(resolved_folder(config, "hydra.run.dir")))
+            folder = Path(resolved_folder(config, "hydra.run.dir"))
+            # Only a training run resumes: eval's ckpt_path is what it reads, not its folder.
+            resumed = config.get("ckpt_path") if "train" in config else None
+            check_folder_owner(folder, resumed, os.environ)
+            claim_run_folder(folder)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # The sweep's jobs live in numbered subfolders of the sweep folder it holds.
@@ -49,8 +63,22 @@ class RunFolderGuard(Callback):
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         release_claim()
 
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            release_claim(Path(config.hydra.runtime.output_dir))
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         release_claim()
+
+
+def claim_job_folder(environ: dict[str, str] | os._Environ) -> None:
+    """In a sweep's job, lock the job's folder for this process as a single run's is locked
+    (released by `RunFolderGuard.on_job_end`); `RunFolderBusyError` when a live run holds it.
+    Nothing to do outside a multirun, or in a process that does not claim."""
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return
+    if launching_process(environ):
+        claim_run_folder(Path(HydraConfig.get().runtime.output_dir))
 
 
 def launching_process(environ: dict[str, str] | os._Environ) -> bool:

@@ -69,8 +69,7 @@ def lock_run_folder(folder: Path) -> RunFolderLock:
             holder = _read_holder(fd)
             if not _dead_here(holder):
                 os.close(fd)
-                message = _busy_message(folder, holder)
-                raise RunFolderBusyError(message, ("hydra.run.dir",)) from None
+                raise busy_refusal(folder, holder) from None
             log.warning("%s: %s; its lock is taken over", folder, _describe(holder, "ended"))
             with contextlib.suppress(FileNotFoundError):
                 if _same_file(path, fd):
@@ -91,6 +90,32 @@ def lock_run_folder(folder: Path) -> RunFolderLock:
         lock = RunFolderLock(path, fd)
         atexit.register(lock.release)
         return lock
+
+
+def live_holder(folder: Path) -> dict | None:
+    """The holder (pid, host, start time) of ``folder``'s lock while a live run holds it, else
+    None. Changes nothing: no lock file is created, none taken over (a check made before a
+    refusal that must leave the folder byte-identical)."""
+    path = Path(folder) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # no lock file (or none this process may read): no run holds it
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            return None if _dead_here(holder) else holder
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def busy_refusal(folder: Path, holder: dict) -> RunFolderBusyError:
+    """The refusal of a run in ``folder``, held by the live run ``holder``."""
+    return RunFolderBusyError(_busy_message(folder, holder), ("hydra.run.dir",))
 
 
 def _same_file(path: Path, fd: int) -> bool:

@@ -28,6 +28,7 @@ from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.requeue import requeued_checkpoint
 from vramkit.core.run.resume_contract import load_initial_weights
 from vramkit.core.run.run_folder import RUN_CONFIG, RUN_OVERRIDES, record_name
+from vramkit.core.run.run_folder_guard import claim_job_folder
 from vramkit.core.run.run_record import RECORD_NAME, write_run_record
 from vramkit.core.run.run_summary import summary_lines
 from vramkit.core.run.seed import check_seed
@@ -44,6 +45,7 @@ def train(cfg: DictConfig) -> float | None:
     no checkpoint ranks them), which is what a Hydra sweep optimises.
     """
     quiet_other_processes()  # a DDP process of rank > 0 repeats rank 0's lines
+    claim_job_folder(os.environ)  # a sweep's job owns its folder as a single run does
     # Other libraries' chatter off unless verbose=true (a bad value is refused here, before work).
     hide_library_chatter(output_settings(cfg.get("verbose"), config_file="conf/train.yaml"))
     # Mistakes first, then hardware: a bad value, a misspelt key or a profile the machine cannot
