@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vramkit.core.io.checkpoint_io import read_checkpoint
+from vramkit.core.io.safe_load import load_weights_only
 from vramkit.core.optim.scheduled_module import OptimizerFactory
 from vramkit.tasks.sage.arc_batching import FEATURES_KEY
 from vramkit.tasks.sage.compression_report import (
@@ -258,7 +258,7 @@ def student_scores(
     callback = trainer.checkpoint_callback
     path = getattr(callback, "best_model_path", "") or ""
     monitor = getattr(callback, "monitor", None)
-    saved = read_checkpoint(path) if path and monitor else {}
+    saved = load_weights_only(path, mmap=True) if path and monitor else {}
     if SCORES_KEY not in saved:
         why = f"{path} holds no scores" if saved else "no checkpoint ranked by a monitored metric"
         end = f"the weights at the end of training ({why})"
