@@ -60,8 +60,8 @@ def test_a_run_killed_before_its_first_checkpoint_is_named_by_its_records(tmp_pa
     run = _finished_run(tmp_path / "run", checkpoints=False)
     with pytest.raises(
         ConfigError,
-        match=r"holds run run.s records \(\.hydra, overrides\.txt and 2 more\) and no "
-        r"checkpoint; .*: choose another folder",
+        match=r"holds run run.s records and no checkpoint \(\.hydra, overrides\.txt and 2 more\); "
+        r".*: choose another folder",
     ):
         check_folder_owner(run, None, {})
 
@@ -71,6 +71,16 @@ def test_a_checkpoint_from_elsewhere_does_not_make_it_a_resume(tmp_path):
     other = tmp_path / "other" / "last.ckpt"
     with pytest.raises(ConfigError, match=r"resume it with ckpt_path=.*run/checkpoints/last"):
         check_folder_owner(run, str(other), {})
+
+
+def test_a_tool_is_not_told_to_resume_and_its_checkpoint_makes_no_resume(tmp_path):
+    run = _finished_run(tmp_path / "run")
+    with pytest.raises(ConfigError) as refused:
+        check_folder_owner(run, str(run / "checkpoints" / "last.ckpt"), {}, trains=False)
+    assert "holds run run's checkpoints and records (.hydra, checkpoints and 3 more)" in str(
+        refused.value
+    )
+    assert "resume it" not in str(refused.value)
 
 
 def test_a_resume_of_the_folders_own_run_and_a_requeued_slurm_job_may_write(tmp_path):

@@ -49,8 +49,9 @@ class RunFolderGuard(Callback):
         with refusals_as_messages():
             folder = Path(resolved_folder(config, "hydra.run.dir"))
             # Only a training run resumes: eval's ckpt_path is what it reads, not its folder.
-            resumed = config.get("ckpt_path") if "train" in config else None
-            check_folder_owner(folder, resumed, os.environ)
+            trains = "train" in config
+            resumed = config.get("ckpt_path") if trains else None
+            check_folder_owner(folder, resumed, os.environ, trains=trains)
             claim_run_folder(folder)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -47,11 +47,16 @@ _NAMED = 2
 
 
 def check_folder_owner(
-    folder: Path, ckpt_path: str | None, environ: Mapping[str, str] | os._Environ
+    folder: Path,
+    ckpt_path: str | None,
+    environ: Mapping[str, str] | os._Environ,
+    *,
+    trains: bool = True,
 ) -> None:
     """Raise `ConfigError` (a `RunFolderBusyError` for a live holder) when the run about to use
     ``folder`` would write where another run's checkpoints or records are, or where a live run
-    or running sweep holds it. ``ckpt_path``: the checkpoint this run resumes, if any."""
+    or running sweep holds it. ``ckpt_path``: the checkpoint this run resumes, if any;
+    ``trains``: False for a tool (eval, export), which resumes nothing and so is not told to."""
     folder = Path(folder).absolute()
     holder = live_holder(folder)
     if holder is not None:
@@ -64,17 +69,18 @@ def check_folder_owner(
             "folders: choose another folder",
             ("hydra.run.dir",),
         )
-    if _resumes_its_run(folder, ckpt_path, environ):
+    if trains and _resumes_its_run(folder, ckpt_path, environ):
         return
     records = run_records(folder)
     if not records:
         return
     checkpoints = checkpoints_in(folder)
-    if checkpoints:
+    if checkpoints and trains:
         held = f"holds run {folder.name}'s checkpoints ({_named(checkpoints)})"
         advice = f"resume it with ckpt_path={_resume_point(checkpoints)}, or choose another folder"
     else:
-        held = f"holds run {folder.name}'s records ({_named(records)}) and no checkpoint"
+        kind = "checkpoints and records" if checkpoints else "records and no checkpoint"
+        held = f"holds run {folder.name}'s {kind} ({_named(records)})"
         advice = "choose another folder"
     raise ConfigError(
         f"hydra.run.dir: {folder} {held}; a new run there would overwrite them: {advice} "
