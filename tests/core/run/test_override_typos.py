@@ -11,6 +11,7 @@ import pytest
 from vramkit.core.run.held_stderr import release_stderr
 from vramkit.core.run.override_typos import did_you_mean_on_refusal, override_refusal
 
+TYPO = ["trainer.max_epoch=3"]
 HYDRAS_LINES = (
     "Could not override 'trainer.max_epoch'.\n"
     "To append to your config use +trainer.max_epoch=3\n"
@@ -74,7 +75,7 @@ def test_a_command_line_hydra_accepts_is_not_refused():
 
 
 def test_hydras_lines_give_way_to_one_line_and_exit_status_2(capsys):
-    with pytest.raises(SystemExit) as stop, did_you_mean_on_refusal("train", ["trainer.max_epoch=3"]):
+    with pytest.raises(SystemExit) as stop, did_you_mean_on_refusal("train", TYPO):
         sys.stderr.write(HYDRAS_LINES)
         raise SystemExit(1)
     assert stop.value.code == 2
@@ -93,7 +94,7 @@ def test_a_refusal_it_cannot_explain_keeps_hydras_lines(capsys):
 
 
 def test_once_the_run_started_stderr_writes_through_and_its_exits_stand(capsys):
-    with pytest.raises(SystemExit) as stop, did_you_mean_on_refusal("train", ["trainer.max_epoch=3"]):
+    with pytest.raises(SystemExit) as stop, did_you_mean_on_refusal("train", TYPO):
         sys.stderr.write("held\n")
         release_stderr()  # as refusals_as_messages does when the task function starts
         assert capsys.readouterr().err == "held\n"
