@@ -49,6 +49,11 @@ HYDRAS_LINES = (
             "trainer.detect_anomaly=true: trainer (conf/trainer/default.yaml) has no key "
             "'detect_anomaly'; it is a new key there: +trainer.detect_anomaly=true",
         ),
+        (  # a Trainer argument that resembles a key the file sets: the argument it is
+            ["trainer.max_steps=1"],
+            "trainer.max_steps=1: trainer (conf/trainer/default.yaml) has no key 'max_steps'; "
+            "it is a new key there: +trainer.max_steps=1",
+        ),
         (
             ["+trainer.max_epochs=3"],
             "+trainer.max_epochs=3: trainer.max_epochs is already in the config "
@@ -68,6 +73,11 @@ def test_a_profile_key_without_a_profile_is_added_with_a_plus():
         "hw.memory_gb=0.63: a hardware profile has no key 'memory_gb'; "
         "did you mean +hw.memory_gib=0.63?"
     )
+
+
+def test_the_first_of_two_refused_keys_is_named():
+    refusal = override_refusal("train", ["trainer.max_epoch=3", "trainer.limit_val_batches=1"])
+    assert refusal.endswith("did you mean trainer.max_epochs=3?")
 
 
 def test_a_command_line_hydra_accepts_is_not_refused():

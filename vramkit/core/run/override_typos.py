@@ -64,29 +64,44 @@ def override_refusal(config_name: str, overrides: Sequence[str]) -> str | None:
     when Hydra accepts ``overrides`` or refuses them for another reason."""
     plain = [o for o in overrides if not o.startswith("-") and "=" in o]
     try:
-        compose_config(config_name, plain)
-        return None
-    except ConfigCompositionException as error:
-        message = str(error.__cause__ or error)
-        unknown = _NOT_IN_STRUCT.search(message)
-        present = _ALREADY_THERE.search(str(error))
-        key = unknown or present
-        if key is None:
+        first = _refused_key(config_name, plain)
+        if first is None:
             return None
-        key_name = key.group("key")
-        refused = next(
-            o for o in reversed(plain) if override_key(o) == key_name or _below(o, key_name)
-        )
-        rest = [o for o in plain if override_key(o) != key_name and not _below(o, key_name)]
-        try:
-            cfg = compose_config(config_name, rest)
-        except ConfigCompositionException:
-            return None
-        if present is not None:
-            return _already_there(cfg, refused)
-        return _unknown(cfg, refused, key_name)
+        # The config without every refused override: the one its parent node is read from.
+        rest, refused = list(plain), first
+        while refused is not None:
+            rest = [o for o in rest if not _sets(o, refused[0])]
+            refused = _refused_key(config_name, rest)
+            if refused is not None and refused[1] is None:
+                return None  # refused for another reason: Hydra's own lines say why
+        cfg = compose_config(config_name, rest)
+        key_name, present = first
+        override = next(o for o in reversed(plain) if _sets(o, key_name))
+        if present:
+            return _already_there(cfg, override)
+        return _unknown(cfg, override, key_name)
     finally:
         forget_composition()
+
+
+def _refused_key(config_name: str, overrides: list[str]) -> tuple[str, bool | None] | None:
+    """None when Hydra composes ``overrides``; else the key it refused and whether it refused it
+    as already present (True), absent (False), or for another reason (None)."""
+    try:
+        compose_config(config_name, overrides)
+        return None
+    except ConfigCompositionException as error:
+        unknown = _NOT_IN_STRUCT.search(str(error.__cause__ or error))
+        if unknown is not None:
+            return unknown.group("key"), False
+        present = _ALREADY_THERE.search(str(error))
+        if present is not None:
+            return present.group("key"), True
+        return "", None
+
+
+def _sets(override: str, key: str) -> bool:
+    return override_key(override) == key or override_key(override).startswith(f"{key}.")
 
 
 @dataclass(frozen=True)
@@ -97,10 +112,6 @@ class _Override:
     @classmethod
     def parse(cls, override: str) -> _Override:
         return cls(override_key(override), override.split("=", 1)[1])
-
-
-def _below(override: str, key: str) -> bool:
-    return override_key(override).startswith(f"{key}.")
 
 
 def _file_of(parent_key: str) -> str:
@@ -127,13 +138,13 @@ def _unknown(cfg: DictConfig, override: str, unknown: str) -> str | None:
     if not isinstance(parent, DictConfig):
         return None
     where = f"{parent_key or 'the config'}{_file_of(parent_key)} has no key {name!r}"
+    if name in _readable_new_keys(parent_key) and unknown == given.key:
+        return f"{override}: {where}; it is a new key there: +{given.key}={given.value}"
     close = difflib.get_close_matches(name, [str(k) for k in parent], n=1, cutoff=_CLOSE)
     if close:
         near = f"{parent_key}.{close[0]}" if parent_key else close[0]
         # model.optimzer.lr=0.1 is refused at model.optimzer: the fix keeps the rest of its key
         return f"{override}: {where}; did you mean {near}{given.key[len(unknown) :]}={given.value}?"
-    if name in _readable_new_keys(parent_key) and unknown == given.key:
-        return f"{override}: {where}; it is a new key there: +{given.key}={given.value}"
     return f"{override}: {where}"
 
 
