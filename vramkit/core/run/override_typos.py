@@ -65,18 +65,21 @@ def override_refusal(config_name: str, overrides: Sequence[str]) -> str | None:
     plain = [o for o in overrides if not o.startswith("-") and "=" in o]
     try:
         first = _refused_key(config_name, plain)
-        if first is None:
-            return None
+        if first is None or first[1] is None:
+            return None  # accepted, or refused for another reason: Hydra's own lines say why
+        key_name, present = first
+        override = next((o for o in reversed(plain) if _sets(o, key_name)), None)
+        if override is None:
+            return None  # not a key of the command line
         # The config without every refused override: the one its parent node is read from.
         rest, refused = list(plain), first
         while refused is not None:
-            rest = [o for o in rest if not _sets(o, refused[0])]
+            kept = [o for o in rest if not _sets(o, refused[0])]
+            if refused[1] is None or len(kept) == len(rest):
+                return None
+            rest = kept
             refused = _refused_key(config_name, rest)
-            if refused is not None and refused[1] is None:
-                return None  # refused for another reason: Hydra's own lines say why
         cfg = compose_config(config_name, rest)
-        key_name, present = first
-        override = next(o for o in reversed(plain) if _sets(o, key_name))
         if present:
             return _already_there(cfg, override)
         return _unknown(cfg, override, key_name)
