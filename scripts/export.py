@@ -17,6 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
+from vramkit.core.run.override_typos import did_you_mean_on_refusal
 from vramkit.core.run.refusals import refusals_as_messages
 from vramkit.core.run.resolvers import register_resolvers
 from vramkit.tasks.text_detection.export_checkpoint import RECORD_NAME, export_checkpoint
@@ -41,4 +42,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with did_you_mean_on_refusal("export"):  # a misspelt key: the key it resembles
+        main()

@@ -7,6 +7,8 @@ import shutil
 
 import lightning as L
 
+from vramkit.tasks.text_detection.submission_writer import IcdarSubmissionWriter
+
 
 class SignalSelf(L.Callback):
     """Sends signal ``signum`` to its own process once training reaches step ``step``, as a
@@ -60,3 +62,40 @@ class FillDisk(L.Callback):
     def on_exception(self, trainer: L.Trainer, *args: object) -> None:
         # A run ended by an exception gets no teardown hook; the disk must not stay "full".
         shutil.disk_usage = self._real_disk_usage
+
+
+class SignalingSubmissionWriter(IcdarSubmissionWriter):
+    """eval.py's prediction writer that sends signal ``signum`` to its own process at the end of
+    batch ``batch`` of ``phase`` ("validate" or "predict"), as a scheduler would mid-evaluation
+    (``prediction_writer._target_=drill_callbacks.SignalingSubmissionWriter``)."""
+
+    def __init__(
+        self, output_dir: str, signum: int, phase: str, batch: int, **writer: object
+    ) -> None:
+        super().__init__(output_dir, **writer)
+        self.signum, self.phase, self.batch = signum, phase, batch
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        module: object,
+        outputs: object,
+        batch: object,
+        batch_idx: int,
+        *rest: int,
+    ) -> None:
+        if self.phase == "validate" and batch_idx == self.batch:
+            os.kill(os.getpid(), self.signum)
+
+    def on_predict_batch_end(
+        self,
+        trainer: L.Trainer,
+        module: object,
+        outputs: object,
+        batch: object,
+        batch_idx: int,
+        *rest: int,
+    ) -> None:
+        super().on_predict_batch_end(trainer, module, outputs, batch, batch_idx, *rest)
+        if self.phase == "predict" and batch_idx == self.batch:
+            os.kill(os.getpid(), self.signum)

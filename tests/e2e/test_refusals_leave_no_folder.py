@@ -123,3 +123,22 @@ def test_a_sweep_into_a_held_sweep_folder_is_refused_before_any_job(monkeypatch,
     assert code == 2, err
     assert f"run folder {sweep} is in use by another run (pid {os.getpid()}" in err
     assert list(sweep.iterdir()) == [], "no job folder, no multirun.yaml"
+
+
+@pytest.mark.parametrize(
+    ("script", "mistake", "fix"),
+    [
+        ("train.py", "trainer.max_epoch=3", "did you mean trainer.max_epochs=3?"),
+        ("train.py", "hw.memory_gib=0.63", "with a plus: +hw.memory_gib=0.63"),
+        ("eval.py", "trainer.max_epoch=3", "did you mean trainer.max_epochs=3?"),
+        ("scripts/export.py", "export.opst=17", "did you mean export.opset=17?"),
+    ],
+)
+def test_a_key_hydra_refuses_is_one_line_with_the_fix(
+    monkeypatch, capsys, tmp_path, script, mistake, fix
+):
+    logs = tmp_path / "logs"
+    code, err = _entry_point(monkeypatch, capsys, script, f"paths.log_dir={logs}", mistake)
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith(f"error: {mistake}: ") and fix in err, err
+    assert not logs.exists()

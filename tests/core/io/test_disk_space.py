@@ -41,8 +41,18 @@ def test_a_write_the_disk_cannot_hold_is_refused_before_a_byte_is_written(tmp_pa
     message = str(refused.value)
     assert f"in {tmp_path}:" in message
     assert "0.0 MiB free" in message and "16.0 MiB needed" in message
+    assert message.endswith("; the previous last.ckpt is intact")
     assert target.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_a_first_write_the_disk_cannot_hold_says_none_is_left(tmp_path, monkeypatch):
+    _free_space(monkeypatch, 1024)
+    with pytest.raises(DiskFullError) as refused:
+        AtomicCheckpointIO().save_checkpoint({"w": torch.zeros(4)}, tmp_path / "last.ckpt")
+    assert "intact" not in str(refused.value)
+    assert str(refused.value).endswith("; there was no earlier last.ckpt, so none is left")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_disk_that_fills_during_the_write_keeps_the_previous_file(tmp_path, monkeypatch):
@@ -58,6 +68,7 @@ def test_a_disk_that_fills_during_the_write_keeps_the_previous_file(tmp_path, mo
     with pytest.raises(DiskFullError, match="failed after 1000 bytes") as failed:
         AtomicCheckpointIO().save_checkpoint({"w": torch.zeros(4)}, target)
     assert isinstance(failed.value.__cause__, OSError)
+    assert str(failed.value).endswith("; the previous last.ckpt is intact")
     assert target.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
 

@@ -3,6 +3,8 @@ short of the plan with how far it got."""
 
 from __future__ import annotations
 
+import time
+
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -60,3 +62,30 @@ def test_a_run_max_time_stopped_says_how_far_it_got(tmp_path):
         f"trainer.max_time stopped the run at step {trainer.global_step} of 200 planned"
     )
     assert trainer.global_step < 200
+
+
+class _SlowSteps(_ScoreRisesEachEpoch):
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.4)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_max_time_stop_names_the_epoch_it_stopped_in(tmp_path):
+    # 1 s of 0.4-s steps: the Timer stops the run after step 3 of epoch 0's 4, mid-epoch.
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "checkpoints", monitor="val/score", mode="max")
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[checkpoint],
+        max_epochs=50,
+        max_time={"seconds": 1},
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(_SlowSteps(), _loader(), _loader())
+    assert 0 < trainer.global_step < 4  # stopped inside the first epoch
+    assert summary_lines(trainer)[-1].endswith(
+        "of its plan, in epoch 0); resume with ckpt_path=<run>/checkpoints/last.ckpt to train "
+        "the rest"
+    )

@@ -117,3 +117,16 @@ def test_an_override_value_reads_back_as_itself(value):
 def _forget():
     yield
     compose.forget_composition()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "loader"),
+    [
+        (("+hw=cpu",), "loader 1 worker, "),  # data.num_workers follows the profile
+        (("+hw=cpu", "debug=smoke"), "loader 0 workers (data.num_workers; the profile's 1 unused)"),
+        (("+hw=cpu", "data.num_workers=64"), "loader 64 workers (data.num_workers; the profile's"),
+    ],
+)
+def test_the_settlement_prints_the_workers_the_loaders_get(compose_config, overrides, loader):
+    settlement = settle(compose_config(*overrides), device=CPU_2, plan_batches=False)
+    assert f"  {loader}" in str(settlement)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from vramkit.core.data.bad_lines import DETAILED_LINES_PER_FILE
 from vramkit.tasks.text_detection.augment import build_val_transform
 from vramkit.tasks.text_detection.icdar_folder import (
     DataError,
@@ -126,8 +127,10 @@ def test_checked_on_access_an_item_reads_only_its_own_ground_truth(small_folder:
             assert torch.equal(first[key], value), key
     np.testing.assert_array_equal(np.stack(first["polygons"]), np.stack(want["polygons"]))
     assert first["ignore"] == want["ignore"]
-    with pytest.warns(DataWarning, match=r"gt_img_2\.txt:\d+:"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the eager read of the same file warned already
         lazy[1]
+    assert lazy.bad_lines == 1  # read on access, and counted
     assert lazy.problems() == eager.problems()
 
 
@@ -172,3 +175,21 @@ def test_collate_names_the_key_of_unequal_sizes(small_folder: Path) -> None:
     large = TextDetectionDataset(small_folder, build_val_transform(96))[0]
     with pytest.raises(ValueError, match="cannot batch 'image'"):
         collate_text_detection([small, large])
+
+
+def test_a_flooded_file_warns_a_few_lines_and_its_counts_stay_complete(tmp_path, toy_icdar_dir):
+    root = tmp_path / "flooded"
+    shutil.copytree(toy_icdar_dir, root, ignore=shutil.ignore_patterns("README.md"))
+    lines = [f"{-50 - i},1,20,1,20,10,-50,10,word" for i in range(300)]  # partly outside
+    with (root / "gt" / "gt_img_1.txt").open("a", encoding="utf-8") as handle:
+        handle.write("\n".join([*lines, "12,oops"]) + "\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # Python's once-per-location filter hides nothing here
+        first = TextDetectionDataset(root, None)
+        second = TextDetectionDataset(root, None)  # the validation set of the same folder
+    flood = [str(w.message) for w in caught if "gt_img_1.txt" in str(w.message)]
+    assert len(flood) == DETAILED_LINES_PER_FILE + 1, flood
+    assert "more problems in this file not shown" in flood[-1]
+    for dataset in (first, second):
+        problems = dataset.problems()
+        assert problems["bad_lines"] == 1 and problems["geometry_clipped"] == 300

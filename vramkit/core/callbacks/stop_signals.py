@@ -27,12 +27,16 @@ SLURM).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shlex
 import signal
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import Any
+
+from vramkit.core.config.source import command_line_overrides
 
 log = logging.getLogger(__name__)
 
@@ -150,3 +154,47 @@ class StopSignals:
             received.name,
             " (Ctrl-C again to quit at once)" if received == signal.SIGINT else "",
         )
+
+
+@contextlib.contextmanager
+def stops_at_once(stopped: Callable[[signal.Signals], str]) -> Iterator[None]:
+    """SIGTERM and SIGINT end the block at once with :class:`RunStopped` (exit status 143 / 130).
+
+    For the entry points with nothing to resume (``eval.py``, ``scripts/export.py``): their
+    outputs are written atomically at the end, so a stop wastes only the work since the start and
+    leaves no half-written file. Python's own reactions would report otherwise: SIGINT raises
+    ``KeyboardInterrupt``, which Lightning turns into ``exit(1)``, and Lightning's SIGTERM handler
+    (``signal_connector.py``, installed by every ``trainer.validate`` / ``predict``, which keeps
+    and calls the handler it finds, this one) ends validation with ``SIGTERMException``, status 0
+    (``loops/evaluation_loop.py``), and lets prediction run to its end. ``stopped(signal)`` is
+    the one line logged: what stopped and the command that runs it again. A second signal while
+    the block unwinds is ignored. Outside the main thread nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[signal.Signals] = []
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if received:
+            return  # already on the way out
+        received.append(signal.Signals(signum))
+        raise RunStopped(received[0], stopped(received[0]))
+
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    for signum in previous:
+        signal.signal(signum, handle)
+    try:
+        yield
+    except RunStopped as stop:
+        log.warning("%s", stop)
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def rerun_command(script: str) -> str:
+    """The command that runs this Hydra app again as the user typed it:
+    ``python eval.py ckpt_path=… +hw=t4`` (overrides quoted for a POSIX shell)."""
+    return shlex.join(["python", script, *command_line_overrides()])

@@ -247,8 +247,12 @@ def _value_problems(profile: HardwareProfile) -> list[tuple[str, str]]:
     return problems
 
 
-def describe_profile(profile: HardwareProfile) -> str:
-    """A few lines for the console: profile, precision, memory budget (GiB), batches, loader."""
+def describe_profile(profile: HardwareProfile, *, loader_workers: int | None = None) -> str:
+    """A few lines for the console: profile, precision, memory budget (GiB), batches, loader.
+
+    ``loader_workers``: the worker processes the loaders actually get, when the run's data
+    config sets a count other than the profile's (``data.num_workers``); None: the profile's.
+    """
     target = "CPU" if profile.accelerator == "cpu" else f"{profile.devices}× GPU"
     if profile.num_nodes > 1:
         target += f" × {profile.num_nodes} nodes"
@@ -270,7 +274,10 @@ def describe_profile(profile: HardwareProfile) -> str:
         f"accumulate {profile.accumulate_grad_batches}"
         + (f" (effective batch {effective})" if effective is not None else "")
     )
-    workers = f"{profile.num_workers} worker" + ("" if profile.num_workers == 1 else "s")
+    used = profile.num_workers if loader_workers is None else loader_workers
+    workers = f"{used} worker" + ("" if used == 1 else "s")
+    if used != profile.num_workers:
+        workers += f" (data.num_workers; the profile's {profile.num_workers} unused)"
     check = "strict" if profile.strict else "relaxed (hw.strict=false)"
     loader = (
         f"loader {workers}, pin_memory {_on_off(profile.pin_memory)}; "

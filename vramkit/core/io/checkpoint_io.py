@@ -87,6 +87,7 @@ def atomic_output(target: str | os.PathLike[str], needed_bytes: int = 0) -> Iter
                 free_bytes(target.parent),
                 max(needed_bytes, written),
                 f"{target.name} (the write failed after {written} bytes)",
+                target,
             ) from error
         raise
     _fsync_folder(target.parent)
@@ -145,7 +146,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         needed = checkpoint_bytes(checkpoint)
         if self.make_room is not None:
             self.make_room(target.parent, needed)
-        check_free_space(target.parent, needed, f"checkpoint {target.name}")
+        check_free_space(target.parent, needed, f"checkpoint {target.name}", target)
         with atomic_output(target, needed_bytes=needed) as handle:
             torch.save(checkpoint, handle)
         log.debug("saved checkpoint %s", path)

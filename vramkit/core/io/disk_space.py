@@ -32,7 +32,14 @@ FULL_BELOW_BYTES = 1 * MIB
 class DiskFullError(OSError):
     """Not enough free space for a write: names the folder, the free and the needed bytes."""
 
-    def __init__(self, folder: Path, free_bytes: int, needed_bytes: int, what: str) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        free_bytes: int,
+        needed_bytes: int,
+        what: str,
+        target: Path | None = None,
+    ) -> None:
         self.folder = folder
         self.free_bytes = free_bytes
         self.needed_bytes = needed_bytes
@@ -41,7 +48,7 @@ class DiskFullError(OSError):
             f"not enough disk space for {what} in {folder}: {_gib(free_bytes)} free, "
             f"{_gib(needed_bytes)} needed. Free space there (older run folders, "
             "callbacks.checkpoint_retention.budget_gib), or write elsewhere with "
-            "paths.output_dir=...; the previous checkpoint is intact",
+            f"paths.output_dir=...{_what_is_left(target)}",
         )
 
     def __str__(self) -> str:
@@ -71,11 +78,24 @@ def free_bytes(folder: Path) -> int:
     return shutil.disk_usage(existing).free
 
 
-def check_free_space(folder: Path, needed_bytes: int, what: str) -> None:
-    """Raise `DiskFullError` unless ``folder``'s file system has ``needed_bytes`` free."""
+def check_free_space(
+    folder: Path, needed_bytes: int, what: str, target: Path | None = None
+) -> None:
+    """Raise `DiskFullError` unless ``folder``'s file system has ``needed_bytes`` free (for a
+    write that would replace ``target``, when given: the message says whether one is kept)."""
     available = free_bytes(folder)
     if available < needed_bytes:
-        raise DiskFullError(folder, available, needed_bytes, what)
+        raise DiskFullError(folder, available, needed_bytes, what, target)
+
+
+def _what_is_left(target: Path | None) -> str:
+    # A failed atomic write leaves the file it would have replaced, if there was one; a first
+    # write leaves nothing, and saying "the previous checkpoint is intact" then misleads.
+    if target is None:
+        return ""
+    if target.exists():
+        return f"; the previous {target.name} is intact"
+    return f"; there was no earlier {target.name}, so none is left"
 
 
 def ran_out_of_space(error: BaseException, folder: Path) -> bool:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from pathlib import Path
 
 import lightning as L
 from omegaconf import DictConfig
 
+from vramkit.core.callbacks.stop_signals import rerun_command, stops_at_once
 from vramkit.core.config.instantiate import instantiate, instantiate_group
+from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.core.run.eval_backend import backend_settings, prepare_model
 from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
 from vramkit.core.run.loggers import finish_wandb
@@ -28,8 +31,24 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     A task whose config has a ``prediction_writer`` node (text detection: ICDAR 2015
     ``res_<name>.txt`` files) also predicts, and the writer saves the predictions into
-    ``cfg.predictions_dir``. The metrics are also written to ``scores.json`` in the run folder.
+    ``cfg.predictions_dir``. The metrics are also written to ``scores.json`` in the run folder,
+    last and atomically: a folder with ``scores.json`` holds a finished evaluation.
+
+    SIGTERM or SIGINT stops it at once with exit status 143 / 130 (never 0, so a scheduler never
+    records a stopped evaluation as done) and one line naming the command to run again.
     """
+    with stops_at_once(_stopped):
+        return _evaluate(cfg)
+
+
+def _stopped(received: signal.Signals) -> str:
+    return (
+        f"{received.name}: the evaluation stopped before it finished and wrote no {SCORES_NAME} "
+        f"(predictions, if any, are incomplete); run it again: {rerun_command('eval.py')}"
+    )
+
+
+def _evaluate(cfg: DictConfig) -> dict[str, float]:
     # Other libraries' chatter off unless verbose=true (a bad value is refused here, before work).
     hide_library_chatter(output_settings(cfg.get("verbose"), config_file="conf/eval.yaml"))
     backend = backend_settings(cfg)
@@ -58,7 +77,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         finish_wandb()
     result = {name: float(value) for name, value in metrics.items()}
     scores = Path(cfg.paths.output_dir) / SCORES_NAME
-    scores.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_bytes(scores, (json.dumps(result, indent=2) + "\n").encode("utf-8"))
     log.info("evaluated with backend=%s; scores in %s", backend.backend, scores)
     print(json.dumps(result))
     return result

@@ -23,6 +23,7 @@ from vramkit.core.config.schema import ConfigError
 from vramkit.core.hardware.device_check import HardwareMismatchError
 from vramkit.core.io.disk_space import DiskFullError
 from vramkit.core.planner.errors import DoesNotFitError
+from vramkit.core.run.held_stderr import release_stderr
 from vramkit.core.run.run_folder_claim import withdraw_claim
 
 REFUSALS = (ConfigError, HardwareMismatchError, DoesNotFitError, DiskFullError, NoUsableInputError)
@@ -38,6 +39,7 @@ the step and the last finite checkpoint)."""
 def refusals_as_messages() -> Iterator[None]:
     """Inside a single Hydra run, turn a known refusal into its message and exit status 2 (a
     diverged run: 3)."""
+    release_stderr()  # the run has started: Hydra composed the command line without a refusal
     try:
         yield
     except (*REFUSALS, TrainingDiverged) as error:
@@ -56,6 +58,7 @@ def refusals_as_messages() -> Iterator[None]:
 def refusals_before_the_sweep() -> Iterator[None]:
     """Around a check of what every job of a sweep shares, before any job starts: a known refusal
     ends the sweep with its message alone and exit status 2 (not once per job)."""
+    release_stderr()  # the sweep has started: Hydra composed its command line without a refusal
     try:
         yield
     except REFUSALS as error:

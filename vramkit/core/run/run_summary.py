@@ -59,8 +59,11 @@ def _cut_short_line(trainer: L.Trainer) -> str | None:
     done = trainer.global_step
     if not math.isfinite(planned) or done >= planned:
         return None
+    # current_epoch counts finished epochs: a stop inside epoch 0 finishes it, and it reads 1.
+    # The epoch the last step ran in is the last one started (0-based, as Lightning numbers it).
+    epoch = max(trainer.fit_loop.epoch_progress.current.started - 1, 0)
     return (
         f"trainer.max_time stopped the run at step {done} of {int(planned)} planned "
-        f"({done / planned:.0%} of its plan, epoch {trainer.current_epoch}); resume with "
+        f"({done / planned:.0%} of its plan, in epoch {epoch}); resume with "
         "ckpt_path=<run>/checkpoints/last.ckpt to train the rest"
     )

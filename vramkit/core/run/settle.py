@@ -62,6 +62,9 @@ class Settlement:
     """The primary config composed ("train", "eval")."""
     conf_dir: str
     """The config tree it was composed from."""
+    loader_workers: int | None = None
+    """The worker processes the run's loaders get (``data.num_workers``, the profile's
+    ``num_workers`` unless set otherwise); None when the config does not say."""
 
     @property
     def run_overrides(self) -> tuple[str, ...]:
@@ -73,7 +76,10 @@ class Settlement:
         """The profile as the console shows it, what chose it, the remedy (when the automatic fit
         applied one) and the overrides (the decisions are logged as they are taken)."""
         how = "detected" if self.detected else "given"
-        lines = [describe_profile(self.profile), f"settled for {self.device} ({how} profile)"]
+        lines = [
+            describe_profile(self.profile, loader_workers=self.loader_workers),
+            f"settled for {self.device} ({how} profile)",
+        ]
         if self.remedy:  # a run that fits as asked has nothing to say here
             lines.append(f"remedy: {' '.join(self.remedy)}")
         lines.append(f"settlement overrides: {' '.join(self.overrides) or '(none)'}")
@@ -133,7 +139,8 @@ def settle(
         else ()
     )
     base = (*settled.remedy, *chosen)
-    composed = compose_with(base).get("hw")
+    run = compose_with(base)
+    composed = run.get("hw")
     given = OmegaConf.to_container(composed, resolve=True) if composed is not None else {}
     wanted = settled.profile.model_dump()
     fields = tuple(
@@ -153,7 +160,20 @@ def settle(
         overrides=(*base, *fields),
         config_name=name,
         conf_dir=str(conf_dir),
+        loader_workers=_loader_workers(run, settled.profile),
     )
+
+
+def _loader_workers(run: DictConfig, profile: HardwareProfile) -> int | None:
+    # data.num_workers follows the profile (${hw.num_workers}) unless a debug config or the user
+    # set it: the console then shows what the loaders get, not the profile's unused value.
+    data = run.get("data")
+    if not isinstance(data, DictConfig) or "num_workers" not in data:
+        return None
+    raw = OmegaConf.to_container(data, resolve=False)["num_workers"]
+    if raw == "${hw.num_workers}":
+        return profile.num_workers
+    return raw if isinstance(raw, int) else None
 
 
 def _changes_as_overrides(composed: object, changed: object, key: str = "") -> tuple[str, ...]:

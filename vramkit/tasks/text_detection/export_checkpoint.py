@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +24,7 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
+from vramkit.core.callbacks.stop_signals import rerun_command, stops_at_once
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.source import ConfigSource, command_line_overrides
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
@@ -42,6 +46,8 @@ log = logging.getLogger(__name__)
 
 FP32_NAME = "dbnet.onnx"
 RECORD_NAME = "export.json"
+STAGING_PREFIX = ".export-partial-"
+"""The hidden folder (``<prefix><pid>``) the models are made in before they move into place."""
 
 
 def _settings(cfg: DictConfig) -> tuple[ExportRequest, ExportSettings]:
@@ -109,7 +115,25 @@ def _verdicts(parity: dict[str, dict[str, float]], settings: ExportSettings) -> 
 
 
 def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
-    """Export ``cfg.ckpt_path`` as ``cfg.export`` says; returns (and writes) the record."""
+    """Export ``cfg.ckpt_path`` as ``cfg.export`` says; returns (and writes) the record.
+
+    The models are made in a hidden folder inside ``export.output_dir`` and moved beside it
+    (each rename atomic) only once every one passed through the parity check, the record last:
+    SIGTERM or SIGINT stops the export at once with exit status 143 / 130, one line naming the
+    command to run again, and no half-written file (the hidden folder is removed).
+    """
+    with stops_at_once(_stopped):
+        return _export_checkpoint(cfg)
+
+
+def _stopped(received: signal.Signals) -> str:
+    return (
+        f"{received.name}: the export stopped before it finished and wrote no models or "
+        f"{RECORD_NAME}; run it again: {rerun_command('scripts/export.py')}"
+    )
+
+
+def _export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
     request, settings = _settings(cfg)
     # Read first, weights only: a file that is no checkpoint, or would run code, is refused in
     # one line before any work, and the refusal withdraws the exports/ folder Hydra made.
@@ -123,8 +147,30 @@ def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
     datamodule.prepare_data()
     datamodule.setup("validate")
     output_dir = settings.output_dir
-    output_dir.mkdir(parents=True, exist_ok=True)
+    staging = output_dir / f"{STAGING_PREFIX}{os.getpid()}"
+    staging.mkdir(parents=True, exist_ok=True)
+    try:
+        record = _export_into(staging, request, settings, module, datamodule)
+        for made in sorted(staging.iterdir()):  # all complete now: each moved whole, by rename
+            os.replace(made, output_dir / made.name)
+        for model in record["models"].values():
+            model["path"] = str(output_dir / Path(model["path"]).name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    atomic_write_bytes(
+        output_dir / RECORD_NAME, (json.dumps(record, indent=2) + "\n").encode("utf-8")
+    )
+    return record
 
+
+def _export_into(
+    output_dir: Path,
+    request: ExportRequest,
+    settings: ExportSettings,
+    module: Any,
+    datamodule: Any,
+) -> dict[str, Any]:
+    # The models into output_dir (the hidden staging folder), checked; their record.
     side = datamodule.settings.val_image_size
     fp32_path = output_dir / FP32_NAME
     log.info(
@@ -179,7 +225,4 @@ def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
         "input_note": "images: (B, 3, H, W) float32 RGB, /255 then ImageNet mean/std per channel; "
         "H and W multiples of 32",
     }
-    atomic_write_bytes(
-        output_dir / RECORD_NAME, (json.dumps(record, indent=2) + "\n").encode("utf-8")
-    )
     return record

@@ -43,6 +43,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset, default_collate
 
+from vramkit.core.data.bad_lines import warn_file_problems
 from vramkit.core.io.disk_cache import ValidationCache, content_key
 from vramkit.tasks.text_detection.annotation_checks import check_annotation
 from vramkit.tasks.text_detection.device_inputs import BINARY_MAP_KEYS, MAP_KEYS, image_to_tensor
@@ -261,9 +262,8 @@ class TextDetectionDataset(Dataset):
         """Parse and check item `index`'s ground-truth file, warning about what was repaired."""
         image_path, gt_path = self.image_paths[index], self._gt_paths[index]
         annotation = read_ground_truth(gt_path, strict=self.strict)
-        for bad in annotation.bad_lines:
-            self.bad_lines += 1
-            warnings.warn(f"{bad}; line skipped", DataWarning, stacklevel=3)
+        problems = [("bad_lines", f"{bad}; line skipped") for bad in annotation.bad_lines]
+        self.bad_lines += len(annotation.bad_lines)
         header = image_header(image_path)
         if header is not None and header.orientation != 1:
             self.exif_orientation_ignored += 1
@@ -280,7 +280,9 @@ class TextDetectionDataset(Dataset):
         for kind, finding in checked.findings:
             key = f"geometry_{kind}"
             self.geometry[key] = self.geometry.get(key, 0) + 1
-            warnings.warn(str(finding), DataWarning, stacklevel=3)
+            problems.append((key, str(finding)))
+        # every problem counted above; a few of this file's warned, then one line with the rest
+        warn_file_problems(gt_path, problems, DataWarning)
         self.polygons[index] = checked.polygons
         self.ignore[index] = checked.ignore
         if self.cache is not None:

@@ -18,6 +18,7 @@ import numpy as np
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_info
 
+from vramkit.core.io.checkpoint_io import atomic_output, atomic_write_bytes
 from vramkit.tasks.text_detection.rrc_files import clockwise_sums
 
 
@@ -83,12 +84,17 @@ class IcdarSubmissionWriter(BasePredictionWriter):
         ):
             lines = submission_lines(boxes, scores if self.with_confidences else None)
             path = self.output_dir / f"res_{name}.txt"
-            path.write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
+            # whole or absent, so an evaluation stopped by a signal leaves no half-written file
+            text = "\n".join(lines) + ("\n" if lines else "")
+            atomic_write_bytes(path, text.encode("utf-8"))
             self.written += 1
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.is_global_zero:
-            with zipfile.ZipFile(self.zip_path, "w", zipfile.ZIP_DEFLATED) as archive:
+            with (
+                atomic_output(self.zip_path) as handle,
+                zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as archive,
+            ):
                 for path in sorted(self.output_dir.glob("res_*.txt")):
                     archive.write(path, arcname=path.name)
         rank_zero_info(
