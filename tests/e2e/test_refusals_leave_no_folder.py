@@ -138,7 +138,7 @@ def test_a_key_hydra_refuses_is_one_line_with_the_fix(
     monkeypatch, capsys, tmp_path, script, mistake, fix
 ):
     logs = tmp_path / "logs"
-    code, err = _entry_point(monkeypatch, capsys, script, f"paths.log_dir={logs}", mistake)
+    code, err = run_entry_point(monkeypatch, capsys, script, f"paths.log_dir={logs}", mistake)
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith(f"error: {mistake}: ") and fix in err, err
     assert not logs.exists()

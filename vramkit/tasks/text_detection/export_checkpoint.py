@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import lightning as L
