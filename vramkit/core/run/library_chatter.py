@@ -30,6 +30,10 @@ HIDDEN_LINE_STARTS: dict[str, tuple[str, ...]] = {
         # The learning-rate schedule asks for trainer.estimated_stepping_batches, which loads the
         # training loader early: expected, not a problem.
         "Loading `train_dataloader` to estimate number of stepping batches",
+        # The fit's planned end (loops/fit_loop.py, FitLoop.done): vramkit's summary and the
+        # best-checkpoint line follow it. Other stops (no training batches) still show.
+        "`Trainer.fit` stopped: `max_epochs=",
+        "`Trainer.fit` stopped: `max_steps=",
     ),
     # scripts/export.py: the dynamo exporter registers torchvision's operators when it can; the
     # DBNet export uses none of them (four lines, one per operator).
