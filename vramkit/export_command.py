@@ -39,6 +39,6 @@ def export(cfg: DictConfig) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """Run the export with the Hydra overrides `argv`; its exit status."""
-    from vramkit.cli import hydra_app
+    from vramkit.hydra_app import hydra_app
 
     return hydra_app("export", export, argv)

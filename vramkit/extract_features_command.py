@@ -43,7 +43,7 @@ def extract(cfg: DictConfig) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """Run the extraction with the Hydra overrides `argv`; its exit status."""
-    from vramkit.cli import hydra_app
+    from vramkit.hydra_app import hydra_app
 
     overrides = list(argv)
     if not any(arg.startswith("hydra.run.dir=") for arg in overrides):
