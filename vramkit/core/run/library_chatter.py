@@ -1,6 +1,6 @@
 """Other libraries' messages that a vramkit command does not show, each with the reason.
 
-A default run prints vramkit's lines, Lightning's progress bar and real problems. The lines
+A default run prints vramkit's lines, its progress and real problems. The lines
 below are hidden by their exact text or logger, never by a level or a whole library, so a new
 message from the same library still shows. Where vramkit caused a message it is fixed at the
 cause instead (checkpoints are saved with ``weights_only`` given, eval loads its checkpoint
