@@ -204,3 +204,10 @@ def test_the_overrides_only_one_run_has_are_listed_as_typed(tmp_path, capsys):
 
 def test_a_run_without_overrides_txt_is_compared_without_them(tmp_path):
     assert load_overrides(_run_folder(tmp_path, "old", [])) is None
+
+
+def test_the_progress_line_interval_does_not_change_training():
+    a = {"callbacks.progress_line.interval_s": 30}
+    b = {"callbacks.progress_line.interval_s": 5}
+    (difference,) = compare(a, b).differences
+    assert difference.verdict == NEUTRAL

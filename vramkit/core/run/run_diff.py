@@ -60,6 +60,7 @@ _NEUTRAL_PREFIXES = (
     "onnx_backend",
     "ckpt_path",
     "callbacks.progress_bar",
+    "callbacks.progress_line",
     "callbacks.model_checkpoint",
     "callbacks.last_checkpoint",
     "callbacks.checkpoint_retention",
