@@ -81,5 +81,6 @@ def test_the_fits_planned_end_is_hidden_and_an_empty_fit_still_shows(quiet_then_
         "`Trainer.fit` stopped: `max_epochs=8` reached.",
         "`Trainer.fit` stopped: `max_steps=100` reached.",
         "`Trainer.fit` stopped: No training batches.",
+        "Time limit reached. Elapsed time is 0:12:36. Signaling Trainer to stop.",
     )
     assert shown == ["`Trainer.fit` stopped: No training batches."]

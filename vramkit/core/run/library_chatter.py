@@ -34,6 +34,9 @@ HIDDEN_LINE_STARTS: dict[str, tuple[str, ...]] = {
         # best-checkpoint line follow it. Other stops (no training batches) still show.
         "`Trainer.fit` stopped: `max_epochs=",
         "`Trainer.fit` stopped: `max_steps=",
+        # Lightning's Timer (callbacks/timer.py) when trainer.max_time ends the fit: vramkit's
+        # summary says the same with the step reached and how to resume (run_summary.py).
+        "Time limit reached. Elapsed time is ",
     ),
     # scripts/export.py: the dynamo exporter registers torchvision's operators when it can; the
     # DBNet export uses none of them (four lines, one per operator).
