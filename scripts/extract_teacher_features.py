@@ -2,27 +2,15 @@
 
     python scripts/extract_teacher_features.py task=sage_distill [same overrides as training]
 
-Composes the same config as ``python train.py task=sage_distill ...``, so the cache lands where
-the student's datamodule looks for it (``data.feature_cache``). The teacher is
-``teacher.checkpoint`` (``latest``: the newest ``task=arc_teacher`` run), or a plug-in module
-given by ``teacher.net._target_``. Does nothing when a complete, matching cache exists.
+The same as ``vramkit extract-features ...`` (vramkit/extract_features_command.py: where the
+cache and the call's records go).
 """
 
-import hydra
-from omegaconf import DictConfig
+from __future__ import annotations
 
-from vramkit.core.run.refusals import refusals_as_messages
-from vramkit.core.run.resolvers import register_resolvers
-from vramkit.tasks.sage.feature_extraction import run_extraction
+import sys
 
-register_resolvers()  # before Hydra composes, as in train.py
-
-
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
-def main(cfg: DictConfig) -> None:
-    with refusals_as_messages():  # a refused teacher or cache: one line, exit 2, no run folder
-        run_extraction(cfg)
-
+from vramkit.extract_features_command import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

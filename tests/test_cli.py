@@ -78,3 +78,26 @@ def test_train_resolve_without_a_profile_is_one_line(capsys):
     assert main(["train", "--cfg", "job", "--resolve"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("error: --resolve shows the config before the run settles")
+
+
+def test_extract_features_of_another_task_is_refused_in_one_line_without_a_folder(
+    capsys, tmp_path, monkeypatch
+):
+    from hydra.core.hydra_config import HydraConfig
+
+    monkeypatch.setenv("PROJECT_ROOT", str(tmp_path))
+    saved = HydraConfig.instance().cfg
+    try:
+        assert main(["extract-features", "+hw=cpu", "task=arc_teacher"]) == 2
+    finally:
+        HydraConfig.instance().cfg = saved
+        forget_composition()
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "made for the student's data: run with task=sage_distill" in line
+    assert list(tmp_path.iterdir()) == []  # no logs/arc_teacher/features/<time>/ left
+
+
+def test_export_and_extract_features_are_commands(capsys):
+    assert main(["--help"]) == 0
+    usage = capsys.readouterr().out
+    assert "vramkit export ckpt_path=" in usage and "vramkit extract-features task=" in usage

@@ -1,10 +1,13 @@
-"""The ``vramkit`` command: plan, train, eval, report, compare.
+"""The ``vramkit`` command: plan, train, eval, report, compare, export, extract-features.
 
     vramkit plan --hw t4 --model my_pkg.mod:MyModule --data my_pkg.mod:MyData [--json] [--verify]
     vramkit plan --hw t4 --hf gpt2 --task causal_lm --seq-len 1024
     vramkit train +hw=t4 [Hydra overrides]      (as python train.py)
     vramkit eval ckpt_path=... [Hydra overrides] (as python eval.py)
     vramkit report <run folder> | vramkit compare <run> <run>
+    vramkit export ckpt_path=... [Hydra overrides]   (as python scripts/export.py)
+    vramkit extract-features task=sage_distill [Hydra overrides]
+                                                 (as python scripts/extract_teacher_features.py)
 
 A mistake (an unknown profile, a class that does not import) is one line on stderr, exit 2.
 ``vramkit plan`` exits 0 when the plan fits (or the profile has no budget), 1 when it does not.
@@ -211,55 +214,20 @@ def plan_command(argv: Sequence[str]) -> int:
     return 1 if result.fits is False else 0
 
 
-def _hydra_app(config_name: str, run: Callable[[Any], Any], argv: Sequence[str]) -> int:
-    """Run `run` as ``@hydra.main`` over the packaged ``conf/<config_name>.yaml`` with `argv`
-    as the command line, as train.py and eval.py do."""
-    import hydra
-
-    from vramkit.core.run.compose import CONF_DIR
-    from vramkit.core.run.config_preview import preview_problem
-    from vramkit.core.run.override_typos import did_you_mean_on_refusal
-    from vramkit.core.run.refusals import refusals_as_messages
-    from vramkit.core.run.resolvers import register_resolvers
-
-    register_resolvers()
-    problem = preview_problem(argv)
-    if problem is not None:  # --resolve with no +hw= profile for ${hw.…} to read
-        print(problem, file=sys.stderr)
-        return 2
-
-    def main(cfg: Any) -> Any:
-        with refusals_as_messages():
-            return run(cfg)
-
-    # Hydra names the job after the task function's module: train.py's and eval.py's log file
-    # (`train.log`, `eval.log`) in the run folder, not `cli.log`.
-    main.__module__ = config_name
-    app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)(main)
-    saved_argv = sys.argv
-    sys.argv = [f"vramkit {config_name}", *argv]  # Hydra reads its command line from sys.argv
-    try:
-        with did_you_mean_on_refusal(config_name):
-            app()
-    except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else 1
-    finally:
-        sys.argv = saved_argv
-    return 0
-
-
 def train_command(argv: Sequence[str]) -> int:
     """``vramkit train <overrides>``: ``python train.py <overrides>``."""
     from vramkit.core.run.train import train
+    from vramkit.hydra_app import hydra_app
 
-    return _hydra_app("train", train, argv)
+    return hydra_app("train", train, argv)
 
 
 def eval_command(argv: Sequence[str]) -> int:
     """``vramkit eval <overrides>``: ``python eval.py <overrides>``."""
     from vramkit.core.run.evaluate import evaluate
+    from vramkit.hydra_app import hydra_app
 
-    return _hydra_app("eval", evaluate, argv)
+    return hydra_app("eval", evaluate, argv)
 
 
 def report_command(argv: Sequence[str]) -> int:
@@ -276,12 +244,28 @@ def compare_command(argv: Sequence[str]) -> int:
     return main(list(argv))
 
 
+def export_command(argv: Sequence[str]) -> int:
+    """``vramkit export <overrides>``: ``python scripts/export.py <overrides>``."""
+    from vramkit.export_command import main
+
+    return main(argv)
+
+
+def extract_features_command(argv: Sequence[str]) -> int:
+    """``vramkit extract-features <overrides>``: ``python scripts/extract_teacher_features.py``."""
+    from vramkit.extract_features_command import main
+
+    return main(argv)
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "plan": plan_command,
     "train": train_command,
     "eval": eval_command,
     "report": report_command,
     "compare": compare_command,
+    "export": export_command,
+    "extract-features": extract_features_command,
 }
 
 

@@ -216,3 +216,13 @@ def test_a_disk_short_of_room_prunes_periodic_checkpoints_before_the_next_write(
     assert retention.pruned, "the writes needed room"
     assert all("room on the disk" in p.reason for p in retention.pruned)
     assert all(p.name.startswith("periodic_epoch_") for p in retention.pruned)
+
+
+def test_the_storage_log_names_a_long_folder_on_one_line(tmp_path, caplog):
+    folder = tmp_path / ("a_folder_name_long_enough_that_a_table_title_would_wrap_" * 2) / "ckpts"
+    retention = CheckpointRetention(every_n_epochs=1, keep_last=1)
+    with caplog.at_level(logging.INFO, logger="vramkit.core.callbacks.checkpoint_retention"):
+        _fit(folder, retention, max_epochs=1)
+    (message,) = [r.getMessage() for r in caplog.records if "Checkpoint storage" in r.getMessage()]
+    assert message.splitlines()[0] == f"Checkpoint storage in {folder}"  # whole, copyable
+    assert all(len(line) <= 110 for line in message.splitlines()[1:])

@@ -120,16 +120,17 @@ def test_the_bar_moves_at_most_refresh_rate_times_a_second_and_after_the_last_ba
     assert moves == [0, 3, 3]
 
 
-def test_on_a_console_that_is_no_terminal_the_bar_moves_only_after_the_last_batch(monkeypatch):
+def test_on_a_console_that_is_no_terminal_the_bar_draws_nothing_and_is_not_called(monkeypatch):
     moves: list[int] = []
 
     def counted(self, trainer, pl_module, outputs, batch, batch_idx):
         moves.append(batch_idx)
 
     monkeypatch.setattr(L.pytorch.callbacks.RichProgressBar, "on_train_batch_end", counted)
-    clock = iter(range(0, 1000))  # a second passes at every reading: always due on a terminal
-    monkeypatch.setattr("vramkit.core.callbacks.progress_bar.time.monotonic", lambda: next(clock))
-    bar = RunProgressBar(refresh_rate=10, console_kwargs={"file": io.StringIO()})  # a file
+    log_file = io.StringIO()
+    bar = RunProgressBar(refresh_rate=10, console_kwargs={"file": log_file})  # a file
     _fit(bar, max_epochs=2)
-    assert moves == [3, 3]  # each epoch's final position, set at its end
-    assert bar.on_train_batch_end is None, "Lightning calls no batch hook of a bar not shown live"
+    assert bar.is_disabled
+    assert moves == []
+    assert log_file.getvalue() == "", "a log gets no bar frame (progress_line.py logs instead)"
+    assert bar.on_train_batch_end is None, "Lightning calls no batch hook of a disabled bar"

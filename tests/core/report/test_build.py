@@ -79,3 +79,13 @@ def test_a_folder_without_metrics_gets_a_report_that_says_what_is_missing(tmp_pa
     assert "nothing logged for this section" in html
     assert _images(html) == []
     assert not (tmp_path / "report").exists()  # no picture, no folder for pictures
+
+
+def test_the_logs_planned_peak_is_in_the_report_beside_the_allocator_prediction(built):
+    _, html = built
+    for phase in ("train", "val"):
+        peak, allocated = PLAN[phase]["peak_gib"], PLAN[phase]["max_allocated_gib"]
+        assert (
+            f"{phase}: planned peak {peak:.2f} GiB, the number the run log prints and the budget "
+            f"counts (max allocated {allocated:.3f} GiB"
+        ) in html

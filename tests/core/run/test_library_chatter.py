@@ -73,3 +73,14 @@ def test_a_wrong_verbose_value_names_the_key_and_its_file():
         output_settings("loud", config_file="conf/train.yaml")
     assert "verbose" in str(error.value) and "conf/train.yaml" in str(error.value)
     assert output_settings(None, config_file="conf/train.yaml") == OutputSettings()
+
+
+def test_the_fits_planned_end_is_hidden_and_an_empty_fit_still_shows(quiet_then_verbose, caplog):
+    shown = _shown(
+        caplog,
+        "`Trainer.fit` stopped: `max_epochs=8` reached.",
+        "`Trainer.fit` stopped: `max_steps=100` reached.",
+        "`Trainer.fit` stopped: No training batches.",
+        "Time limit reached. Elapsed time is 0:12:36. Signaling Trainer to stop.",
+    )
+    assert shown == ["`Trainer.fit` stopped: No training batches."]

@@ -25,3 +25,21 @@ def test_project_root_is_the_repository_unless_the_environment_moves_it(monkeypa
     assert (REPO_ROOT / "conf" / "train.yaml").is_file()
     monkeypatch.setenv("PROJECT_ROOT", str(tmp_path))
     assert resolvers.project_root() == str(tmp_path)
+
+
+def test_configs_and_corpora_are_the_packages_files_in_a_wheel_else_the_checkouts(
+    monkeypatch, tmp_path
+):
+    assert resolvers.CONF_DIR == REPO_ROOT / "conf"  # a checkout: no vramkit/conf link needed
+    assert resolvers.CORPORA_DIR == REPO_ROOT / "corpora"
+    (tmp_path / "corpora").mkdir()  # an installed wheel's vramkit/corpora
+    monkeypatch.setattr(resolvers, "PACKAGE_DIR", tmp_path)
+    assert resolvers.shipped_folder("corpora") == tmp_path / "corpora"
+    assert resolvers.shipped_folder("conf") == REPO_ROOT / "conf"
+
+
+def test_the_topic_sentences_come_from_the_shipped_corpora(compose_config):
+    cfg = compose_config("+hw=cpu", "experiment=phi15_coherence_tiny")
+    tokenizer = Path(cfg.data.tokenizer_dir)
+    assert tokenizer == resolvers.CORPORA_DIR / "topic_sentences" / "tokenizer"
+    assert (tokenizer / "tokenizer.json").is_file()

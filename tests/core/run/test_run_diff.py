@@ -12,7 +12,14 @@ from vramkit import compare_runs
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.run.compose import compose_config
 from vramkit.core.run.resolvers import register_resolvers
-from vramkit.core.run.run_diff import CHANGES, NEUTRAL, compare, load_overrides, load_run
+from vramkit.core.run.run_diff import (
+    CHANGES,
+    LOCATION,
+    NEUTRAL,
+    compare,
+    load_overrides,
+    load_run,
+)
 from vramkit.core.run.run_record import RECORD_NAME, code_version, write_run_record
 from vramkit.core.run.settle import settle, write_overrides
 
@@ -70,12 +77,35 @@ def test_paths_inside_each_run_folder_are_one_line(tmp_path, capsys):
     assert "paths.output_dir" not in out
 
 
+def test_paths_of_two_checkouts_are_listed_apart_and_change_nothing(tmp_path, capsys):
+    comparison, run_a, run_b = _compare(
+        tmp_path,
+        ["data.data_root=/clone_a/data", "paths.log_dir=/clone_a/logs"],
+        ["data.data_root=/clone_b/data", "paths.log_dir=/clone_b/logs"],
+    )
+    located = {d.key for d in comparison.differences if d.verdict == LOCATION}
+    assert {"data.data_root", "paths.log_dir"} <= located
+    assert comparison.equivalent
+    assert compare_runs.main([str(run_a), str(run_b)]) == 0
+    out = capsys.readouterr().out
+    assert "where files live (not a training change" in out
+    assert "data.data_root: '/clone_a/data' -> '/clone_b/data'  [path]" in out
+    assert "changes training:" not in out
+
+
+def test_a_data_setting_beside_a_path_still_changes_training(tmp_path):
+    comparison, _, _ = _compare(
+        tmp_path, ["data.data_root=/a"], ["data.data_root=/b", "model.optimizer.lr=0.002"]
+    )
+    assert [d.key for d in comparison.training_changes] == ["model.optimizer.lr"]
+
+
 def test_logging_changes_do_not_change_training(tmp_path):
     comparison, run_a, run_b = _compare(
         tmp_path, [], ["trainer.log_every_n_steps=5", "data.num_workers=1", "~logger.wandb"]
     )
     assert comparison.differences and comparison.equivalent
-    assert {d.verdict for d in comparison.differences} == {NEUTRAL}
+    assert {d.verdict for d in comparison.differences} <= {NEUTRAL, LOCATION}
     assert compare_runs.main([str(run_a), str(run_b)]) == 0
 
 
@@ -174,3 +204,10 @@ def test_the_overrides_only_one_run_has_are_listed_as_typed(tmp_path, capsys):
 
 def test_a_run_without_overrides_txt_is_compared_without_them(tmp_path):
     assert load_overrides(_run_folder(tmp_path, "old", [])) is None
+
+
+def test_the_progress_line_interval_does_not_change_training():
+    a = {"callbacks.progress_line.interval_s": 30}
+    b = {"callbacks.progress_line.interval_s": 5}
+    (difference,) = compare(a, b).differences
+    assert difference.verdict == NEUTRAL

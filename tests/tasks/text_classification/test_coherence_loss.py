@@ -185,3 +185,14 @@ def test_a_misspelt_weight_is_refused_naming_the_key_and_the_closest():
         _module(stabilty=0.2)
     with pytest.raises(ConfigError, match=r"model\.coherence\.centroid_momentum"):
         _module(centroid_momentum=1.0)
+
+
+def test_activation_checkpointing_is_turned_on_without_transformers_deprecation_warning():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = _module(checkpointing=True)
+    assert module.model.model.gradient_checkpointing  # on, through the non-deprecated switch
+    deprecated = [w for w in caught if "gradient_checkpointing_enable" in str(w.message)]
+    assert deprecated == []

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import lightning as L
 import numpy as np
 import torch
+from matplotlib import patheffects
 from matplotlib.patches import Polygon
 
 from vramkit.core.report.task_figures import DrawsReportFigures
@@ -75,3 +76,22 @@ def test_detections_are_drawn_with_ground_truth_on_best_worst_and_random_images(
     assert any(p.get_edgecolor()[:3] == (1.0, 0.0, 0.0) for ax in axes for p in ax.patches), (
         "no detection drawn"
     )
+
+
+def test_every_outline_has_a_black_halo_and_ground_truth_is_not_green():
+    torch.manual_seed(0)
+    module = TextDetectionModule(
+        DBNet(backbone_width=0.25, inner_channels=16, prob_prior=0.99),
+        DBLoss(),
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
+    )
+    module.eval()
+    with torch.no_grad():
+        (figure,) = module.report_figures(SimpleNamespace(datamodule=_ValImages()), samples=1)
+    patches = [p for ax in figure.figure.axes for p in ax.patches if isinstance(p, Polygon)]
+    assert patches
+    for patch in patches:
+        (halo,) = patch.get_path_effects()
+        assert isinstance(halo, patheffects.withStroke)
+        red, green, blue = patch.get_edgecolor()[:3]
+        assert not (green > 0.6 and red < 0.5 and blue < 0.5), "green outline on green text"

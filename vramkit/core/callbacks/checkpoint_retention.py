@@ -259,7 +259,9 @@ class CheckpointRetention(L.Callback):
         if not trainer.is_global_zero:
             return
         report = self.storage_report(trainer)
-        log.info("Checkpoint storage\n%s", _render(report))
+        # The folder on the header line, never inside the table: a table's title wraps at its
+        # width and would split the path mid-word, and a path is there to be copied.
+        log.info("Checkpoint storage in %s\n%s", report["folder"], _render(report))
         if self.settings.report_path is not None:
             atomic_write_bytes(self.settings.report_path, json.dumps(report, indent=2).encode())
 
@@ -345,7 +347,6 @@ def _render(report: dict[str, Any]) -> str:
     return render_table(
         ["file", "MiB", "role / why pruned"],
         rows,
-        title=f"checkpoints in {report['folder']}",
         caption=f"total {report['total_bytes'] / GIB:.3f} GiB, {budget}",
         left=["role / why pruned"],
     )

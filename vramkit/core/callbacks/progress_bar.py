@@ -11,6 +11,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import RichProgressBar
 
+from vramkit.core.callbacks.console_output import console_is_live
 from vramkit.core.hardware.memory_stats import read_host_memory
 from vramkit.core.units import GIB, gib
 
@@ -61,10 +62,11 @@ class RunProgressBar(RichProgressBar):
     throughput. The bar itself moves at most ``refresh_rate`` times a second (and after a
     phase's last batch): Lightning's updates it after every batch, tens of microseconds each,
     for a screen that redraws ten times a second. Where the console is no terminal (output to a
-    file or a pipe: a batch job, ``nohup``), Rich shows nothing until the bar stops, yet each
-    refresh still builds the whole bar (about 0.5 ms of CPU, up to ``refresh_rate`` times a
-    second on Lightning's refresh thread): there the bar moves only at the end of a phase, and
-    the training batches call no hook of it.
+    file or a pipe: a batch job, ``nohup``, ``| tee``), Rich shows nothing until the bar stops
+    and then one last frame (console_output.py), yet each refresh still builds the whole bar
+    (about 0.5 ms of CPU, up to ``refresh_rate`` times a second on Lightning's refresh thread):
+    there the bar is disabled at setup, its batch hooks are not called, and
+    ``callbacks.progress_line`` (progress_line.py) logs the progress at a steady interval.
 
     Args:
         refresh_rate: redraws per second (0 hides the bar).
@@ -94,8 +96,12 @@ class RunProgressBar(RichProgressBar):
         self._moved_at = -math.inf
         self._move_interval_s = 1.0 / refresh_rate if refresh_rate > 0 else math.inf
         self._epoch_batches = math.inf  # training batches of the current epoch
-        self._live = True  # whether the console shows the bar as it moves
         self._last_step_lr: float | torch.Tensor | None = None  # the rate the last step used
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        if not console_is_live(self._console_kwargs):
+            self.disable()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_start(trainer, pl_module)
@@ -104,11 +110,10 @@ class RunProgressBar(RichProgressBar):
         self._total_steps = trainer.estimated_stepping_batches  # of the whole fit, from step 0
         self._cached = None
         self._last_step_lr = None
-        self._live = self._shown_live()
         # Lightning calls a callback's batch hook on every batch, about 10 us even when it
-        # returns at once, unless the hook is not callable (working_set.py): a bar that nobody
-        # sees move needs only each epoch's final position (on_train_epoch_end).
-        if self._live:
+        # returns at once, unless the hook is not callable (working_set.py): a disabled bar
+        # has nothing to move.
+        if self.is_enabled:
             self.__dict__.pop("on_train_batch_end", None)
         else:
             self.on_train_batch_end = None  # type: ignore[method-assign,assignment]
@@ -122,22 +127,12 @@ class RunProgressBar(RichProgressBar):
         if optimizer is trainer.optimizers[0] and optimizer.param_groups:
             self._last_step_lr = optimizer.param_groups[0]["lr"]
 
-    def _shown_live(self) -> bool:
-        """Whether the console redraws the bar as it moves: a terminal or a notebook."""
-        console = self._console
-        return console is None or console.is_terminal or console.is_jupyter
-
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_epoch_start(trainer, pl_module)
         self._epoch_batches = self.total_train_batches
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._cached = None  # the epoch's final numbers, not a reading from half a second ago
-        if not self._live and self.is_enabled:
-            # no batch hook moved it (on_train_start): the epoch's final position
-            RichProgressBar.on_train_batch_end(
-                self, trainer, pl_module, None, None, trainer.fit_loop.epoch_loop.batch_idx
-            )
         super().on_train_epoch_end(trainer, pl_module)
 
     def on_train_batch_end(
@@ -168,12 +163,10 @@ class RunProgressBar(RichProgressBar):
 
     def _due(self, batch_idx: int, total: float) -> bool:
         """Whether the bar moves after batch ``batch_idx`` of ``total``: after the last batch,
-        and on a live console when the last move is ``1 / refresh_rate`` seconds old."""
+        and when the last move is ``1 / refresh_rate`` seconds old."""
         if batch_idx + 1 >= total:
             self._moved_at = time.monotonic()
             return True
-        if not self._live:
-            return False
         now = time.monotonic()
         if now - self._moved_at < self._move_interval_s:
             return False

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from vramkit.core.report.curves import Panel, plot_memory_plan, plot_series
+from vramkit.core.report.curves import Panel, plot_series
+from vramkit.core.report.memory_plan_figure import plot_memory_plan
 from vramkit.core.report.run_metrics import Series, find_metrics_csv, read_metrics
 from vramkit.core.report.task_figures import saved_task_figures
 
@@ -185,6 +186,16 @@ def _planned_peaks(run_dir: Path) -> dict[str, float]:
     }
 
 
+def _budget_peaks(plan: dict) -> dict[str, float]:
+    """The plan's peak of each phase as the budget counts it and the run's log prints it (GiB):
+    on a GPU with the CUDA context and the allocator's reserve, on a CPU the resident set."""
+    return {
+        phase: float(plan[phase]["peak_gib"])
+        for phase in ("train", "val")
+        if isinstance(plan.get(phase), dict) and "peak_gib" in plan[phase]
+    }
+
+
 def _summary_section(run_dir: Path, metrics: dict[str, Series], csv_path: Path | None) -> Section:
     section = Section("Run")
     config = _read_yaml(run_dir / "resolved_config.yaml")
@@ -225,8 +236,15 @@ def _memory_section(run_dir: Path, metrics: dict[str, Series]) -> Section:
         section.notes.append("no mem/<phase>_peak_gib metric and no memory_plan.json")
         return section
     relative = f"{REPORT_DIR}/memory_plan.png"
+    budget_peaks = _budget_peaks(plan)
+    on_gpu = any(budget_peaks.get(phase) != predicted[phase] for phase in predicted)
     plot_memory_plan(
-        run_dir / relative, measured, predicted, plan.get("budget_gib"), unit_label=unit
+        run_dir / relative,
+        measured,
+        predicted,
+        plan.get("budget_gib"),
+        unit_label=unit,
+        predicted_label="planner's prediction" + (" (max allocated)" if on_gpu else ""),
     )
     section.images.append((relative, "peak memory per phase"))
     for phase in sorted(set(measured) & set(predicted)):
@@ -235,6 +253,15 @@ def _memory_section(run_dir: Path, metrics: dict[str, Series]) -> Section:
             f"{phase}: predicted {predicted[phase]:.3f} GiB, measured {measured[phase]:.3f} GiB "
             f"({error:+.1%})"
         )
+    for phase in sorted(predicted):
+        # The run's log prints the plan's peak with the CUDA context and the allocator's reserve
+        # (what the budget counts); the bars compare what max_memory_allocated reads.
+        if budget_peaks.get(phase, predicted[phase]) != predicted[phase]:
+            section.notes.append(
+                f"{phase}: planned peak {budget_peaks[phase]:.2f} GiB, the number the run log "
+                f"prints and the budget counts (max allocated {predicted[phase]:.3f} GiB plus "
+                "the CUDA context and the allocator reserve)"
+            )
     if not predicted:
         section.notes.append(
             "no planner prediction: the run planned nothing (a CPU run, or batch sizes set by "

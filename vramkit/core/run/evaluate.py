@@ -59,7 +59,8 @@ def _evaluate(cfg: DictConfig) -> dict[str, float]:
     cfg = settled_config(settlement)
     log.info("Hardware profile\n%s", settlement)
     if cfg.get("seed") is not None:
-        L.seed_everything(cfg.seed, workers=True)
+        # verbose=False: no 'Seed set to 42' line; the seed is in the run's config
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = instantiate(cfg.data)
     model = prepare_model(cfg, instantiate(cfg.model), backend)

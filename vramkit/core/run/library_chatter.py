@@ -1,6 +1,6 @@
 """Other libraries' messages that a vramkit command does not show, each with the reason.
 
-A default run prints vramkit's lines, Lightning's progress bar and real problems. The lines
+A default run prints vramkit's lines, its progress and real problems. The lines
 below are hidden by their exact text or logger, never by a level or a whole library, so a new
 message from the same library still shows. Where vramkit caused a message it is fixed at the
 cause instead (checkpoints are saved with ``weights_only`` given, eval loads its checkpoint
@@ -30,6 +30,13 @@ HIDDEN_LINE_STARTS: dict[str, tuple[str, ...]] = {
         # The learning-rate schedule asks for trainer.estimated_stepping_batches, which loads the
         # training loader early: expected, not a problem.
         "Loading `train_dataloader` to estimate number of stepping batches",
+        # The fit's planned end (loops/fit_loop.py, FitLoop.done): vramkit's summary and the
+        # best-checkpoint line follow it. Other stops (no training batches) still show.
+        "`Trainer.fit` stopped: `max_epochs=",
+        "`Trainer.fit` stopped: `max_steps=",
+        # Lightning's Timer (callbacks/timer.py) when trainer.max_time ends the fit: vramkit's
+        # summary says the same with the step reached and how to resume (run_summary.py).
+        "Time limit reached. Elapsed time is ",
     ),
     # scripts/export.py: the dynamo exporter registers torchvision's operators when it can; the
     # DBNet export uses none of them (four lines, one per operator).

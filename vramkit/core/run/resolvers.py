@@ -5,6 +5,8 @@
 - ``${project_root:}``: the repository, where ``conf/``, ``data/`` and ``logs/`` live
   (``PROJECT_ROOT`` in the environment moves it; an installed package: the current folder).
 - ``${conf_dir:}``: the config tree, in a checkout or in an installed package (`CONF_DIR`).
+- ``${corpora_dir:}``: the small corpora shipped with vramkit (the topic sentences and their
+  tokenizer), in a checkout or in an installed package (`CORPORA_DIR`).
 - ``${run_folder:<runs folder>,${ckpt_path}}`` and ``${run_record:<run folder>,<name>}``: a run
   folder of its own, the resumed run's folder again, and record names that keep the first run's
   (:mod:`vramkit.core.run.run_folder`).
@@ -22,9 +24,23 @@ from vramkit.core.run.run_folder import record_name, run_folder
 REPO_ROOT = Path(__file__).resolve().parents[3]
 """The repository (an editable install's checkout): where ``conf/`` lives."""
 
-CONF_DIR = (Path(__file__).resolve().parents[2] / "conf").resolve()
-"""The config tree: in a checkout ``vramkit/conf`` links to the repository's ``conf/`` (resolved
-to it, so messages name ``conf/...``); an installed wheel ships it as package data there."""
+PACKAGE_DIR = Path(__file__).resolve().parents[2]
+"""The ``vramkit`` package folder."""
+
+
+def shipped_folder(name: str) -> Path:
+    """The folder ``name`` of the repository (``conf``, ``corpora``) as this vramkit has it: the
+    wheel ships it as package files, ``vramkit/<name>`` (pyproject.toml's ``package-dir``
+    mapping, setup.py); a checkout, an editable install included, has it at the top."""
+    packaged = PACKAGE_DIR / name
+    return packaged if packaged.is_dir() else REPO_ROOT / name
+
+
+CONF_DIR = shipped_folder("conf")
+"""The config tree: ``conf/`` of a checkout, or ``vramkit/conf`` of an installed wheel."""
+
+CORPORA_DIR = shipped_folder("corpora")
+"""The small corpora: ``corpora/`` of a checkout, or ``vramkit/corpora`` of an installed wheel."""
 
 
 def register_resolvers() -> None:
@@ -33,6 +49,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("project_root", project_root)
     if not OmegaConf.has_resolver("conf_dir"):
         OmegaConf.register_new_resolver("conf_dir", lambda: str(CONF_DIR))
+    if not OmegaConf.has_resolver("corpora_dir"):
+        OmegaConf.register_new_resolver("corpora_dir", lambda: str(CORPORA_DIR))
     if not OmegaConf.has_resolver("optuna_direction"):
         OmegaConf.register_new_resolver("optuna_direction", optuna_direction)
     if not OmegaConf.has_resolver("run_folder"):

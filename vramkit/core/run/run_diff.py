@@ -10,9 +10,13 @@ differing config key is classified:
 - *changes training*: the model, loss and its weights, optimizer and learning rate, schedule and
   warm-up, precision, clipping, data and augmentation, seed, training length, and the global
   batch (micro-batch x accumulation x devices x nodes);
-- *does not*: logging, paths, loader workers and pinning, progress bars, checkpoint keeping,
+- *does not*: logging, loader workers and pinning, progress bars, checkpoint keeping,
   monitors, the hardware profile's own copy of values the trainer and data already carry, and
-  micro-batch / accumulation / devices when the global batch is the same.
+  micro-batch / accumulation / devices when the global batch is the same;
+- *where files live*: a path, listed apart and never counted as a training change: `paths.*`,
+  `hydra.run.dir`, `data.data_root`, any key named ``*_dir``, ``*_root``, ``*_path``,
+  ``*_file`` or ``dir`` whose two values are paths (two runs of one command from two checkouts
+  or clones differ there). The files found there are taken to be the same ones.
 
 A key the rules do not know counts as changing training: a comparison that misses a change is
 worse than one that asks the user to look.
@@ -35,6 +39,8 @@ from vramkit.core.run.run_record import RECORD_NAME
 
 CHANGES = "changes training"
 NEUTRAL = "does not change training"
+LOCATION = "where files live"
+"""The verdict of a path: never a training change, listed apart."""
 RUN_FOLDER = "run folder"
 """The kind of a neutral difference that is only each run's own folder inside a path."""
 
@@ -54,6 +60,7 @@ _NEUTRAL_PREFIXES = (
     "onnx_backend",
     "ckpt_path",
     "callbacks.progress_bar",
+    "callbacks.progress_line",
     "callbacks.model_checkpoint",
     "callbacks.last_checkpoint",
     "callbacks.checkpoint_retention",
@@ -86,6 +93,11 @@ _NEUTRAL_PREFIXES = (
     "data.val_batch_size",
     "model.compile",
 )
+# The last part of a key that names a place on disk (a folder, a root, a file).
+_LOCATION_SUFFIXES = ("_dir", "_root", "_path", "_file")
+_LOCATION_NAMES = ("dir",)
+# Key prefixes that are all places on disk (where runs, logs and data folders live).
+_LOCATION_PREFIXES = ("paths",)
 # Keys that make up the global batch: neutral when the product is unchanged.
 _GLOBAL_BATCH_KEYS = (
     "data.batch_size",
@@ -118,7 +130,7 @@ class KeyDifference:
     before: Any
     after: Any
     verdict: str
-    """`CHANGES` or `NEUTRAL`."""
+    """`CHANGES`, `NEUTRAL` or `LOCATION`."""
     kind: str
     """What it is: optimizer, schedule and warm-up, loss, data, logging, global batch, ..."""
 
@@ -254,6 +266,8 @@ def compare(
         difference = _classify(key, before, after, same_global_batch)
         if difference.verdict == NEUTRAL and _only_run_folder(before, after, a, b):
             difference = KeyDifference(key, before, after, NEUTRAL, RUN_FOLDER)
+        elif _is_location(key, before, after):
+            difference = KeyDifference(key, before, after, LOCATION, "path")
         result.differences.append(difference)
     result.environment = _record_differences(*records)
     return result
@@ -270,6 +284,19 @@ def _classify(key: str, before: Any, after: Any, same_global_batch: bool) -> Key
         return KeyDifference(key, before, after, CHANGES, "loss and its weights")
     kind = next((name for prefix, name in _KINDS if key.startswith(prefix)), "unknown key")
     return KeyDifference(key, before, after, CHANGES, kind)
+
+
+def _is_location(key: str, before: Any, after: Any) -> bool:
+    """`key` names a place on disk and both values are paths (a string, or None/absent)."""
+    last = key.rsplit(".", 1)[-1]
+    named = (
+        _matches(key, _LOCATION_PREFIXES)
+        or last.endswith(_LOCATION_SUFFIXES)
+        or last in _LOCATION_NAMES
+    )
+    return named and all(
+        value is None or value == "<absent>" or isinstance(value, str) for value in (before, after)
+    )
 
 
 def _only_run_folder(before: Any, after: Any, a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -326,12 +353,17 @@ def report(comparison: RunComparison, names: tuple[str, str]) -> str:
     for name, only in zip(names, comparison.overrides, strict=True):
         if only:
             lines.append(f"overrides only {name} has ({RUN_OVERRIDES}): {' '.join(only)}")
-    for verdict in (CHANGES, NEUTRAL):
+    headings = {
+        CHANGES: CHANGES,
+        NEUTRAL: NEUTRAL,
+        LOCATION: f"{LOCATION} (not a training change; the files there are taken to be the same)",
+    }
+    for verdict, heading in headings.items():
         rows = [d for d in comparison.differences if d.verdict == verdict]
         listed = [d for d in rows if d.kind != RUN_FOLDER]
         folder_only = len(rows) - len(listed)
         if rows:
-            lines.append(f"{verdict}:")
+            lines.append(f"{heading}:")
             lines += [f"  {d.key}: {d.before!r} -> {d.after!r}  [{d.kind}]" for d in listed]
         if folder_only:
             lines.append(f"  {folder_only} path(s) differ only by each run's own folder")

@@ -64,7 +64,8 @@ def train(cfg: DictConfig) -> float | None:
     _record_config(cfg, Path(cfg.paths.output_dir), settlement)
 
     if cfg.get("seed") is not None:
-        L.seed_everything(cfg.seed, workers=True)
+        # verbose=False: no 'Seed set to 42' line; the seed is in the run's config
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model)

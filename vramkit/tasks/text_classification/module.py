@@ -95,9 +95,16 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
         self.val_brier = MulticlassBrierScore()
         if gradient_checkpointing:
             # Non-reentrant: works with frozen inputs and does not need use_cache games.
-            self.model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+            # transformers 5 renamed the switch and warns on the old name (modeling_utils.py,
+            # PreTrainedModel.gradient_checkpointing_enable: "deprecated ... removed in v6").
+            if hasattr(self.model, "activation_checkpointing_enable"):
+                self.model.activation_checkpointing_enable(
+                    activation_checkpointing_kwargs={"use_reentrant": False}
+                )
+            else:
+                self.model.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False}
+                )
         lora_config = lora_settings(lora)
         if lora_config is not None:
             self.model = add_lora(self.model, lora_config)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from matplotlib import patheffects
 from matplotlib.figure import Figure
 from matplotlib.patches import Polygon
 
@@ -39,11 +40,19 @@ class _Scored:
         return 2 * p * r / (p + r) if p + r else 0.0
 
 
+GROUND_TRUTH_COLOUR = "#00e5ff"
+"""Cyan: far from the red of the detections, and from the green of many text backgrounds."""
+OUTLINE_HALO = [patheffects.withStroke(linewidth=3.2, foreground="black")]
+"""Every outline is drawn over a black stroke twice its width, so it shows on any background
+colour, its own included (matplotlib.patheffects.withStroke: the stroke, then the line)."""
+
+
 def detection_figures(
     module: TextDetectionModule, trainer: L.Trainer, samples: int
 ) -> list[ReportFigure]:
     """One picture: ``samples`` validation images each with the best, the worst and random
-    per-image hmean, ground truth in green (``###`` grey, dashed) and detections in red.
+    per-image hmean, ground truth in cyan (``###`` white, dashed) and detections in red, each
+    outline on a black halo (:data:`OUTLINE_HALO`).
 
     Reads at most ``IMAGES_READ_PER_KIND * 3 * samples`` images from the start of the validation
     loader (in its fixed order), so the picture costs a few batches, not a validation epoch.
@@ -71,7 +80,7 @@ def detection_figures(
             figure=figure,
             caption=(
                 f"{len(scored)} images read; rows: best, worst and random per-image hmean. "
-                "Green: ground truth, grey dashed: ### (don't care), red: detections."
+                "Cyan: ground truth, white dashed: ### (don't care), red: detections."
             ),
         )
     ]
@@ -127,9 +136,10 @@ def _draw(rows: list[tuple[str, list[_Scored]]], columns: int) -> Figure:
                     Polygon(
                         np.asarray(polygon, dtype=float) * scale,
                         fill=False,
-                        edgecolor="0.6" if dont_care else "lime",
+                        edgecolor="white" if dont_care else GROUND_TRUTH_COLOUR,
                         linestyle="--" if dont_care else "-",
                         linewidth=1.2,
+                        path_effects=OUTLINE_HALO,
                     )
                 )
             for box in item.boxes:
@@ -139,6 +149,7 @@ def _draw(rows: list[tuple[str, list[_Scored]]], columns: int) -> Figure:
                         fill=False,
                         edgecolor="red",
                         linewidth=1.2,
+                        path_effects=OUTLINE_HALO,
                     )
                 )
             counts = item.counts
