@@ -22,11 +22,17 @@ def run_entry_point(monkeypatch, capsys, script: str, *args: str) -> tuple[int, 
     spec = importlib.util.spec_from_file_location("entry_point", REPO / script)
     entry = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(entry)
-    # Hydra finds conf/ beside the file of a task function defined in __main__, as when run
-    entry.main.__wrapped__.__module__ = "__main__"
     monkeypatch.setattr(sys, "argv", [script, *args])
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    typos = getattr(entry, "did_you_mean_on_refusal", None)  # scripts/export.py has none
+    if not hasattr(entry.main, "__wrapped__"):  # a script over a `vramkit` command: main(argv)
+        try:
+            code = entry.main(list(args))
+        finally:
+            GlobalHydra.instance().clear()
+        return code, capsys.readouterr().err
+    # Hydra finds conf/ beside the file of a task function defined in __main__, as when run
+    entry.main.__wrapped__.__module__ = "__main__"
+    typos = getattr(entry, "did_you_mean_on_refusal", None)
     around = typos(Path(script).stem) if typos else contextlib.nullcontext()
     try:
         with pytest.raises(SystemExit) as stop, around:
