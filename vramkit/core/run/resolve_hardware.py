@@ -23,7 +23,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vramkit.core.config.source import command_line_overrides
 from vramkit.core.hardware.detect import DeviceInfo, detect_profile, display_path, probe_device
-from vramkit.core.hardware.device_check import apply_memory_cap, check_profile
+from vramkit.core.hardware.device_check import (
+    apply_memory_cap,
+    check_memory_budget,
+    check_profile,
+)
 from vramkit.core.hardware.profile import (
     AUTO,
     HardwareProfile,
@@ -33,6 +37,7 @@ from vramkit.core.hardware.profile import (
     validate_profile,
 )
 from vramkit.core.planner.decisions.task_defaults import DEFAULTS_KEY, task_batch_default
+from vramkit.core.units import GIB
 from vramkit.core.run.eval_batch import settle_eval_batch
 
 if TYPE_CHECKING:
@@ -156,6 +161,7 @@ def _checked_profile(
     requested = requested_profile(cfg, conf_dir=conf_dir, device=device, echo=echo)
     profile, source = requested.profile, requested.source
     if check_device:
+        check_memory_budget(profile, device, source=source)
         fit = check_profile(profile, device, source=source, detected=requested.detected)
         if fit.problems and echo:
             _echo(
@@ -196,6 +202,12 @@ def _fit_host_memory(
     if budget is None:
         _echo("host memory unknown (no /proc/meminfo): the run is not checked against it")
         return profile
+    if budget.capped_from is not None:
+        _echo(
+            f"warning: hw.memory_gib {budget.capped_from:g} ({source.where('memory_gib')}) is "
+            f"more than this process can have now; planned within {budget.available / GIB:.2f} "
+            "GiB instead (other processes hold the rest)"
+        )
     searched = (profile.batch_size == AUTO, profile.val_batch_size == AUTO)
     requested = [
         _data_default(cfg, data_key, field, source) if auto else getattr(profile, field)
