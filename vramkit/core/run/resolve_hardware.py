@@ -37,8 +37,8 @@ from vramkit.core.hardware.profile import (
     validate_profile,
 )
 from vramkit.core.planner.decisions.task_defaults import DEFAULTS_KEY, task_batch_default
-from vramkit.core.units import GIB
 from vramkit.core.run.eval_batch import settle_eval_batch
+from vramkit.core.units import GIB
 
 if TYPE_CHECKING:
     from vramkit.core.planner.decisions.task_plan import MemoryPlan
