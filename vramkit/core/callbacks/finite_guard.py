@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -52,6 +53,7 @@ from pydantic import Field
 
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import Settings
+from vramkit.core.config.source import command_line_overrides, override_key
 
 log = logging.getLogger(__name__)
 
@@ -226,8 +228,8 @@ class FiniteGuard(L.Callback):
         non-finite value (default: the last one taken)."""
         last = last_finite_checkpoint(trainer)
         kept = (
-            f"the last finite checkpoint is {last} (resume it with ckpt_path={last} and a "
-            "smaller learning rate)"
+            f"the last finite checkpoint is {last}; resume it at half the learning rate with "
+            f"{resume_command(trainer, last)}"
             if last is not None
             else "no checkpoint was written before it"
         )
@@ -376,6 +378,29 @@ def _all_finite_read_only(tensors: Iterable[torch.Tensor]) -> bool:
     # largest magnitude per tensor, which overflows nowhere and carries NaN.
     norms = torch._foreach_norm([t.detach() for t in tensors], math.inf)
     return all(bool(torch.isfinite(n)) for n in norms)
+
+
+_RESUME_KEYS = ("ckpt_path", "init_from", "model.optimizer.lr", "resume.allow_changes")
+
+
+def resume_command(trainer: L.Trainer, checkpoint: Path) -> str:
+    """The command that resumes ``checkpoint`` at half the run's peak learning rate (the
+    schedule's base rate): this run's command-line overrides, the checkpoint, the rate, and
+    ``resume.allow_changes=true``, which applies the rate to the optimizer and its schedule."""
+    peak = next(
+        (
+            float(rate)
+            for config in trainer.lr_scheduler_configs
+            for rate in getattr(config.scheduler, "base_lrs", ())
+        ),
+        next((float(g["lr"]) for opt in trainer.optimizers for g in opt.param_groups), None),
+    )
+    kept = [o for o in command_line_overrides() if override_key(o) not in _RESUME_KEYS]
+    words = ["python", "train.py", *kept, f"ckpt_path={checkpoint}"]
+    if peak is not None:
+        words.append(f"model.optimizer.lr={peak / 2:.3g}")
+    words.append("resume.allow_changes=true")
+    return " ".join(shlex.quote(word) for word in words)
 
 
 def last_finite_checkpoint(trainer: L.Trainer) -> Path | None:

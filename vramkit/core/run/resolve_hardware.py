@@ -38,6 +38,7 @@ from vramkit.core.hardware.profile import (
 )
 from vramkit.core.planner.decisions.task_defaults import DEFAULTS_KEY, task_batch_default
 from vramkit.core.run.eval_batch import settle_eval_batch
+from vramkit.core.run.run_folder import RUN_CONFIG, record_name
 from vramkit.core.units import GIB
 
 if TYPE_CHECKING:
@@ -419,7 +420,10 @@ def _write_memory_plan(cfg: DictConfig, predictions: dict) -> None:
         return
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / MEMORY_PLAN).write_text(json.dumps(predictions, indent=2) + "\n")
+    # A resumed run's plan goes beside the first run's (memory_plan.resume_1.json), which the
+    # report keeps reading: a resume refused after settling leaves that folder as it was.
+    name = record_name(folder, MEMORY_PLAN) if (folder / RUN_CONFIG).is_file() else MEMORY_PLAN
+    (folder / name).write_text(json.dumps(predictions, indent=2) + "\n")
 
 
 def _data_default(cfg: DictConfig, data_key: str, field: str, source: ProfileSource) -> int:
