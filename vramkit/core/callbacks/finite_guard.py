@@ -228,10 +228,14 @@ class FiniteGuard(L.Callback):
         non-finite value (default: the last one taken)."""
         last = last_finite_checkpoint(trainer)
         kept = (
-            f"the last finite checkpoint is {last}; resume it at half the learning rate with "
-            f"{resume_command(trainer, last)}"
+            f"the last finite checkpoint is {last}"
             if last is not None
             else "no checkpoint was written before it"
+        )
+        advice = (
+            f"; resume it at half the learning rate: {resume_command(trainer, last)}"
+            if last is not None
+            else ""
         )
         tolerated = (
             f" after {self.non_finite_in_a_row} in a row ({self.settings.on_non_finite})"
@@ -241,7 +245,7 @@ class FiniteGuard(L.Callback):
         raise TrainingDiverged(
             f"training diverged: non-finite {what} at {_where(trainer, step)}{tolerated}"
             f"{' ' + detail if detail else ''}; {kept}. callbacks.finite_guard.on_non_finite="
-            "skip_step or rollback tolerates a few (conf/callbacks/finite_guard.yaml)"
+            f"skip_step or rollback tolerates a few (conf/callbacks/finite_guard.yaml){advice}"
         )
 
     def _roll_back(
