@@ -68,7 +68,9 @@ class CheckpointContract(L.Callback):
     ) -> None:
         # Before Lightning restores the loops and the callbacks' states from the same dict
         # (CheckpointConnector.restore_callbacks runs before restore_training_state).
-        self._saved = checkpoint.get(CONTRACT_KEY)
+        saved = checkpoint.get(CONTRACT_KEY)
+        shaped = isinstance(saved, dict) and isinstance(saved.get("batch"), dict)
+        self._saved = saved if shaped else None  # another shape: a checkpoint without one
         if self._saved is None:
             return
         before = int(self._saved["batch"]["per_device"])

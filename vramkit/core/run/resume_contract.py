@@ -158,7 +158,7 @@ def enforce_resume_contract(config: DictConfig) -> list[str]:
     if not path or config.get("backend", "torch") != "torch":
         return []
     checkpoint = _readable(key, Path(str(path)))
-    contract = checkpoint.get(CONTRACT_KEY)
+    contract = _contract_of(checkpoint)
     _contracts[_identity(Path(str(path)))] = contract
     recorded = _recorded_config(Path(str(path)))
     _check_same_model(key, Path(str(path)), checkpoint, task, recorded)
@@ -390,8 +390,17 @@ def checkpoint_contract(path: str | Path) -> dict[str, Any] | None:
     path = Path(str(path))
     identity = _identity(path)
     if identity not in _contracts:
-        _contracts[identity] = read_checkpoint(path).get(CONTRACT_KEY)
+        _contracts[identity] = _contract_of(read_checkpoint(path))
     return _contracts[identity]
+
+
+def _contract_of(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    # A file's contents are data: anything but the shape CheckpointContract writes reads as none.
+    contract = checkpoint.get(CONTRACT_KEY)
+    shaped = isinstance(contract, dict) and all(
+        isinstance(contract.get(part), dict) for part in ("settings", "batch")
+    )
+    return contract if shaped else None
 
 
 def run_contract(composed: DictConfig, profile: HardwareProfile) -> dict[str, Any]:
