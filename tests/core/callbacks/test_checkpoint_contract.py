@@ -19,6 +19,7 @@ from vramkit.core.callbacks.checkpoint_contract import (
 )
 from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.config.schema import ConfigError
+from vramkit.core.optim.lr_schedules import WarmupDecaySchedule, warmup_decay_factor
 
 
 def _contract(lr: float, per_device: int = 4, accumulate: int = 1) -> dict:
@@ -82,6 +83,35 @@ def test_an_applied_learning_rate_scales_the_rate_and_the_schedules_base(tmp_pat
     assert group["initial_lr"] == 0.02
     assert resumed.lr_scheduler_configs[0].scheduler.base_lrs == [0.02]
     assert group["lr"] == pytest.approx(0.02 * 0.5**6)  # the schedule went on at the new peak
+
+
+class WarmedUp(TinyRegression):
+    """TinyRegression stepped by vramkit's schedule with ``warmup`` steps of warm-up."""
+
+    def __init__(self, warmup: int) -> None:
+        super().__init__()
+        self.lr_schedule = WarmupDecaySchedule(warmup_steps=warmup)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        steps = int(self.trainer.estimated_stepping_batches)
+        return self.lr_schedule.lightning_config(optimizer, steps)
+
+
+def test_an_applied_schedule_replaces_the_checkpoints_warm_up(tmp_path):
+    def contract(warmup: int) -> dict:
+        settled = _contract(0.1)
+        return {**settled, "settings": {"model.lr_schedule.warmup_steps": warmup}}
+
+    _fit(tmp_path, WarmedUp(10), CheckpointContract(contract(10)))
+    first = tmp_path / "first.ckpt"
+    (tmp_path / "last.ckpt").rename(first)
+    resumed = _fit(tmp_path, WarmedUp(2), CheckpointContract(contract(2)), ckpt=first)
+    scheduler = resumed.lr_scheduler_configs[0].scheduler
+    # The checkpoint's scheduler state said 10; the resume trains with the 2 it lists.
+    assert scheduler.warmup_steps == 2
+    expected = 0.1 * warmup_decay_factor(6, scheduler.total_steps, 2, "poly", 0.9)
+    assert resumed.optimizers[0].param_groups[0]["lr"] == pytest.approx(expected)
 
 
 def test_a_training_set_of_another_size_is_refused_unless_allowed(tmp_path):
