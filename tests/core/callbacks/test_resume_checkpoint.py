@@ -225,7 +225,7 @@ def test_step_writes_wait_for_the_minimum_interval(tmp_path, monkeypatch):
     written = []
     trainer = SimpleNamespace(
         state=SimpleNamespace(fn=TrainerFn.FITTING), sanity_checking=False, fast_dev_run=False,
-        should_stop=False, global_step=0, current_epoch=0, world_size=2,
+        should_stop=False, global_step=0, current_epoch=0, world_size=2, accumulate_grad_batches=1,
         save_checkpoint=lambda path, weights_only=None: written.append(trainer.global_step),
     )  # fmt: skip
     callback.on_train_start(trainer, None)  # the clock starts at 0 s
