@@ -106,12 +106,21 @@ def test_an_applied_schedule_replaces_the_checkpoints_warm_up(tmp_path):
     _fit(tmp_path, WarmedUp(10), CheckpointContract(contract(10)))
     first = tmp_path / "first.ckpt"
     (tmp_path / "last.ckpt").rename(first)
-    resumed = _fit(tmp_path, WarmedUp(2), CheckpointContract(contract(2)), ckpt=first)
+    allowed = CheckpointContract(contract(2), allow_changes=True)
+    resumed = _fit(tmp_path, WarmedUp(2), allowed, ckpt=first)
     scheduler = resumed.lr_scheduler_configs[0].scheduler
     # The checkpoint's scheduler state said 10; the resume trains with the 2 it lists.
     assert scheduler.warmup_steps == 2
     expected = 0.1 * warmup_decay_factor(6, scheduler.total_steps, 2, "poly", 0.9)
     assert resumed.optimizers[0].param_groups[0]["lr"] == pytest.approx(expected)
+
+
+def test_a_changed_setting_is_refused_unless_allowed_when_train_is_called_in_code(tmp_path):
+    _fit(tmp_path, Scheduled(0.1), CheckpointContract(_contract(0.1)))
+    first = tmp_path / "first.ckpt"
+    (tmp_path / "last.ckpt").rename(first)
+    with pytest.raises(ConfigError, match=r"differ from the checkpoint's: model\.optimizer\.lr: "):
+        _fit(tmp_path, Scheduled(0.02), CheckpointContract(_contract(0.02)), ckpt=first)
 
 
 def test_a_training_set_of_another_size_is_refused_unless_allowed(tmp_path):

@@ -85,6 +85,16 @@ class CheckpointContract(L.Callback):
         self._check_samples(trainer, saved.get("train_samples"))
         old, new = saved.get("settings", {}), self.contract.get("settings", {})
         changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+        if changed and not self.allow_changes:
+            # train.py refuses these before any work (ResumeContract); train(cfg) called in
+            # code gets no Hydra callback, and must not train other settings silently either.
+            listed = "; ".join(f"{k}: {old.get(k)} -> {new.get(k)}" for k in sorted(changed))
+            raise ConfigError(
+                f"ckpt_path: a resume continues the run exactly, and these settings differ from "
+                f"the checkpoint's: {listed}; resume with its settings, apply them with "
+                "resume.allow_changes=true, or start a new run with init_from=<ckpt>",
+                ("ckpt_path",),
+            )
         optimizer = sorted(k for k in changed if k.startswith(OPTIMIZER_PREFIX))
         optimizer = [k for k in optimizer if k.removeprefix(OPTIMIZER_PREFIX) not in ("_target_",)]
         for key in optimizer:
