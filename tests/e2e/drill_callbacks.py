@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
+from pathlib import Path
+from typing import Any
 
 import lightning as L
+import torch
 
 from vramkit.tasks.text_detection.submission_writer import IcdarSubmissionWriter
 
@@ -99,3 +104,48 @@ class SignalingSubmissionWriter(IcdarSubmissionWriter):
         super().on_predict_batch_end(trainer, module, outputs, batch, batch_idx, *rest)
         if self.phase == "predict" and batch_idx == self.batch:
             os.kill(os.getpid(), self.signum)
+
+
+class DivergeAboveRate(L.Callback):
+    """Fills every weight with NaN before each batch from optimizer step ``step`` on while the
+    schedule's peak learning rate is above ``rate``: a run that diverges at its learning rate and
+    trains on at a smaller one."""
+
+    def __init__(self, rate: float, step: int) -> None:
+        self.rate, self.step = rate, step
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *_) -> None:
+        peak = trainer.lr_scheduler_configs[0].scheduler.base_lrs[0]
+        if trainer.global_step >= self.step and peak > self.rate:
+            with torch.no_grad():
+                for parameter in pl_module.parameters():
+                    parameter.fill_(math.nan)
+
+
+class SamplesPerStep(L.Callback):
+    """Appends one JSON line per optimizer step to ``path``: the step and a checksum of each
+    sample trained in it (the sum of its first tensor, sorted), so two runs' steps compare."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self._pending: list[float] = []
+        self._started_at = 0  # global_step when the pending samples' step began
+
+    def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        if not self._pending:
+            self._started_at = trainer.global_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, *_):
+        self._pending += _first_tensor(batch).flatten(1).double().sum(1).tolist()
+        if trainer.global_step != self._started_at:  # this batch ended an optimizer step
+            record = {"step": trainer.global_step, "samples": sorted(self._pending)}
+            with self.path.open("a") as handle:
+                handle.write(json.dumps(record) + "\n")
+            self._pending = []
+
+
+def _first_tensor(batch: Any) -> torch.Tensor:
+    if isinstance(batch, torch.Tensor):
+        return batch
+    values = [batch[key] for key in sorted(batch)] if isinstance(batch, dict) else list(batch)
+    return next(_first_tensor(v) for v in values if isinstance(v, torch.Tensor | dict | list))

@@ -4,6 +4,10 @@ epoch and the last finite checkpoint, exits with status 3, and leaves no NaN che
 from __future__ import annotations
 
 import math
+import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -13,6 +17,7 @@ import torch
 from vramkit.core.run.refusals import EXIT_DIVERGED, refusals_as_messages
 from vramkit.core.run.train import train
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TINY = ("+hw=cpu", "debug=smoke", "logger=csv", "callbacks.progress_bar.refresh_rate=0")
 
 
@@ -49,9 +54,63 @@ def test_a_diverged_run_stops_with_its_last_finite_checkpoint_intact(compose_con
     message = capsys.readouterr().err.strip().splitlines()[-1]
     assert message.startswith("error: training diverged: non-finite gradients at step 6 (epoch 1)")
     assert f"the last finite checkpoint is {last}" in message
+    assert "resume it at half the learning rate: python train.py " in message
+    assert message.endswith(f"ckpt_path={last} model.optimizer.lr=0.002 resume.allow_changes=true")
     assert torch.load(last, weights_only=True)["global_step"] == 5
     files = sorted(checkpoints.glob("*.ckpt"))
     assert [p.name for p in files] == ["epoch_000.ckpt", "last.ckpt"]
     for path in files:
         weights = torch.load(path, weights_only=True)["state_dict"].values()
         assert all(bool(torch.isfinite(t).all()) for t in weights if t.is_floating_point())
+
+
+@pytest.mark.slow
+def test_the_divergence_messages_resume_command_works_as_printed(tmp_path, shared_data_dir):
+    # The drill: the advice ("resume with a smaller learning rate") was refused as a
+    # changed setting, and with resume.allow_changes=true it kept the checkpoint's rate and
+    # diverged again at the same step. The drill diverges at any peak rate above 0.003.
+    env = {
+        **os.environ,
+        "PROJECT_ROOT": str(REPO_ROOT),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO_ROOT)]),
+    }
+    first = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "train.py"),
+            *TINY,
+            "trainer.max_epochs=2",
+            "callbacks.last_checkpoint.every_n_train_steps=1",
+            "callbacks.last_checkpoint.min_interval_s=0",
+            "+callbacks.drill._target_=drill_callbacks.DivergeAboveRate",
+            "+callbacks.drill.rate=0.003",
+            "+callbacks.drill.step=5",
+            f"paths.log_dir={tmp_path}",
+            f"paths.data_dir={shared_data_dir}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert first.returncode == EXIT_DIVERGED, first.stderr[-3000:]
+    message = first.stderr.strip().splitlines()[-1]
+    printed = message.split("resume it at half the learning rate: ", 1)[1]
+    words = shlex.split(printed)
+    assert words[:2] == ["python", "train.py"]
+    assert "model.optimizer.lr=0.002" in words and "resume.allow_changes=true" in words
+    resumed = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "train.py"), *words[2:]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resume: applied model.optimizer.lr: 0.004 -> 0.002 to the optimizer" in (
+        resumed.stderr + resumed.stdout
+    )
+    (run,) = (tmp_path / "text_detection" / "runs").iterdir()
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 8

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -85,14 +86,38 @@ def test_wrong_checkpoints_are_refused_before_anything_is_written(tmp_path, shar
     assert "  model.optimizer.lr: 0.004 -> 0.01\n" in changed.stderr
     assert f"init_from={last}" in changed.stderr
 
+    # Copied without its run folder, the checkpoint's own contract is checked (the issue's
+    # drill: exit 0, nothing said, and the optimizer trained at the checkpoint's rate).
+    copied = tmp_path / "elsewhere" / "copied.ckpt"
+    copied.parent.mkdir()
+    copied.write_bytes(last.read_bytes())
+    changed_copy = _run(
+        "train.py",
+        f"ckpt_path={copied}",
+        "seed=7",
+        "data.image_size=160",
+        "model.optimizer.lr=0.5",
+        **paths,
+    )
+    assert changed_copy.returncode == 2, changed_copy.stderr[-3000:]
+    for line in (
+        "data.image_size: 128 -> 160",
+        "model.optimizer.lr: 0.004 -> 0.5",
+        "seed: 42 -> 7",
+    ):
+        assert f"  {line}\n" in changed_copy.stderr
+    seeded = _run("train.py", f"ckpt_path={copied}", "seed=7", "resume.allow_changes=true", **paths)
+    assert "cannot apply seed: 42 -> 7 (the random streams" in _refused_in_one_line(seeded)
+
     evaluated = _run("eval.py", "model=dbnet_r18", f"ckpt_path={last}", **paths)
     assert "parameters differ in shape" in _refused_in_one_line(evaluated)
 
     assert _tree_hash(run) == before
     assert list(runs.iterdir()) == [run]
 
-    # Allowed, the changes are printed and recorded; the lr stays the checkpoint's, and the
-    # resume's config says so: the warm-up goes on from step 4 at the first run's 0.004 / 50.
+    # Allowed, the changes are printed, recorded and applied: the learning rate to the optimizer
+    # and its schedule once the checkpoint's optimizer state is loaded (the warm-up goes on from
+    # step 4 at 0.01 / 50), and batch 2 regrouped to keep 4 samples per optimizer step.
     allowed = _run(
         "train.py",
         f"ckpt_path={last}",
@@ -103,14 +128,19 @@ def test_wrong_checkpoints_are_refused_before_anything_is_written(tmp_path, shar
         **paths,
     )
     assert allowed.returncode == 0, allowed.stderr[-3000:]
-    assert "resume: applying hw.batch_size: auto -> 2" in allowed.stderr
+    assert "resume: applying model.optimizer.lr: 0.004 -> 0.01" in allowed.stderr
+    assert "resume: batch 2 × 2 accumulated (this machine settled 2 × 1)" in (
+        allowed.stdout + allowed.stderr
+    )
     recorded = OmegaConf.load(run / "resolved_config.resume_1.yaml")
-    assert recorded.resume.changes == ["hw.batch_size: auto -> 2"]
-    assert (recorded.model.optimizer.lr, recorded.data.batch_size) == (0.004, 2)
+    assert recorded.resume.changes == ["model.optimizer.lr: 0.004 -> 0.01"]
+    assert (recorded.model.optimizer.lr, recorded.data.batch_size) == (0.01, 2)
+    assert recorded.trainer.accumulate_grad_batches == 2
     with (run / "csv" / "version_1" / "metrics.csv").open() as handle:
         rates = {
             int(row["step"]): float(row["lr-AdamW"])
             for row in csv.DictReader(handle)
             if row["lr-AdamW"]
         }
-    assert rates[4] == pytest.approx(0.004 * 5 / 50)
+    assert rates[4] == pytest.approx(0.01 * 5 / 50)
+    assert torch.load(last, weights_only=True)["global_step"] == 8

@@ -116,8 +116,65 @@ def test_rollback_reloads_the_last_checkpoint_and_halves_the_learning_rate(
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.05)
     # Rolled back to last.ckpt of step 5, the newest checkpoint then.
     assert torch.equal(model.weights_after[6], model.weights_after[5])
-    assert "rolled back to the weights and optimizer state of" in caplog.text
+    assert "rolled back to the weights, buffers and optimizer state of" in caplog.text
     assert "halved the learning rate (now 0.05" in caplog.text
+
+
+class NaNStateAt(TinyRegression):
+    """TinyRegression with a buffer and a parameter the loss never reads; the one named
+    ``which`` turns NaN in the forward of optimizer step ``step`` (0-based), while the loss and
+    gradients stay finite (the issue's "stops after 0 in a row")."""
+
+    def __init__(self, which: str, step: int) -> None:
+        super().__init__()
+        self.register_buffer("running", torch.ones(2))
+        self.unused = torch.nn.Parameter(torch.ones(2))
+        self.which, self.step = which, step
+        self.state_after: dict[int, torch.Tensor] = {}
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if self.global_step == self.step:
+            with torch.no_grad():
+                getattr(self, self.which).fill_(math.nan)
+        return super().training_step(batch, batch_idx)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        self.state_after[self.global_step] = getattr(self, self.which).detach().clone()
+
+
+@pytest.mark.parametrize("which", ["running", "unused"])
+def test_rollback_restores_a_non_finite_buffer_or_weight(tmp_path: Path, which, caplog) -> None:
+    model, guard = NaNStateAt(which, step=5), FiniteGuard(on_non_finite="rollback")
+    with caplog.at_level(logging.WARNING, logger="vramkit.core.callbacks.finite_guard"):
+        trainer, _, _ = _fit(tmp_path, model, guard)
+    assert trainer.global_step == 2 * STEPS_PER_EPOCH  # went on to the end
+    assert guard.rollbacks == 1
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.05)
+    assert torch.equal(getattr(model, which).detach(), torch.ones(2))
+    assert f"non-finite weights ({which}) at step 6 (epoch 1): rolled back" in caplog.text
+    assert all(_finite_weights(path) for path in tmp_path.glob("*.ckpt"))
+
+
+@pytest.mark.parametrize("which", ["running", "unused"])
+def test_skip_step_undoes_a_non_finite_buffer_or_weight_keeping_the_rate(
+    tmp_path: Path, which, caplog
+) -> None:
+    model, guard = NaNStateAt(which, step=5), FiniteGuard(on_non_finite="skip_step")
+    with caplog.at_level(logging.WARNING, logger="vramkit.core.callbacks.finite_guard"):
+        trainer, _, _ = _fit(tmp_path, model, guard)
+    assert trainer.global_step == 2 * STEPS_PER_EPOCH
+    assert (guard.skipped_steps, guard.rollbacks) == (1, 0)
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1)
+    assert all(bool(torch.isfinite(state).all()) for state in model.state_after.values())
+    assert "learning rate kept (now 0.1; 1 in a row" in caplog.text
+
+
+def test_stop_names_a_non_finite_buffer_without_a_count_in_a_row(tmp_path: Path) -> None:
+    # The default checks weights only where a checkpoint is written: no per-step cost.
+    with pytest.raises(TrainingDiverged) as stopped:
+        _fit(tmp_path, NaNStateAt("running", step=5), FiniteGuard())
+    assert "non-finite weights at step 6 (epoch 1) (the checkpoint" in str(stopped.value)
+    assert "in a row" not in str(stopped.value)
 
 
 def test_a_nan_metric_is_never_best(tmp_path: Path) -> None:

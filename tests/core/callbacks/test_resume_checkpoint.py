@@ -83,6 +83,23 @@ def test_last_ckpt_follows_the_steps_and_the_epoch_ends(tmp_path):
     assert torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"] == 6
 
 
+def test_step_writes_under_accumulation_come_only_where_a_step_ends(tmp_path):
+    # Accumulated gradients are no part of a checkpoint: one written after the first of two
+    # accumulated batches (global_step unchanged, so "every 1 step" held) resumed that step short.
+    written = []
+
+    class Spy(L.Callback):
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+            progress = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+            written.append((checkpoint["global_step"], progress["current"]["completed"]))
+
+    fit(tmp_path, epochs=1, every_n_train_steps=1, callbacks=[Spy()], accumulate_grad_batches=2)
+    # 6 batches, 3 steps: written after batches 2, 4, 6 (as 1, 3, 5 completed: Lightning
+    # counts the batch after the hook), and at the epoch's end
+    assert [step for step, _ in written] == [1, 2, 3, 3]
+    assert [batches % 2 for _, batches in written[:-1]] == [1, 1, 1]
+
+
 def test_an_early_stop_keeps_its_step_so_the_resumed_run_finishes_the_cut_epoch(
     uninterrupted, tmp_path
 ):
@@ -208,7 +225,7 @@ def test_step_writes_wait_for_the_minimum_interval(tmp_path, monkeypatch):
     written = []
     trainer = SimpleNamespace(
         state=SimpleNamespace(fn=TrainerFn.FITTING), sanity_checking=False, fast_dev_run=False,
-        should_stop=False, global_step=0, current_epoch=0, world_size=2,
+        should_stop=False, global_step=0, current_epoch=0, world_size=2, accumulate_grad_batches=1,
         save_checkpoint=lambda path, weights_only=None: written.append(trainer.global_step),
     )  # fmt: skip
     callback.on_train_start(trainer, None)  # the clock starts at 0 s

@@ -12,10 +12,13 @@ from vramkit.core.hardware.detect import DeviceInfo, load_profile_file
 from vramkit.core.hardware.device_check import (
     HardwareMismatchError,
     apply_memory_cap,
+    check_memory_budget,
     check_profile,
     fit_to_device,
 )
-from vramkit.core.hardware.profile import HardwareProfile, ProfileSource
+from vramkit.core.hardware.memory_stats import HostLimit
+from vramkit.core.hardware.profile import HardwareProfile, ProfileError, ProfileSource
+from vramkit.core.units import GIB
 
 REPO = Path(__file__).resolve().parents[3]
 CPU_2 = DeviceInfo("cpu", "CPU", 16.0, None, count=0, cpu_count=2)
@@ -184,3 +187,40 @@ def test_memory_cap_is_skipped_without_cuda(monkeypatch):
     t4, _ = load("t4")
     assert apply_memory_cap(t4, H100) is None
     assert calls == []
+
+
+HOST_23 = HostLimit(int(23.4 * GIB), "MemTotal 23.40 GiB")
+
+
+def test_a_cpu_budget_above_the_hosts_memory_is_refused_in_one_line():
+    # The drill: +hw=cpu hw.memory_gib=500 on a 23 GiB host planned 57 GiB, "fits".
+    cpu, _ = load("cpu", memory_gib=500.0)
+    source = ProfileSource("conf/hw/cpu.yaml", ("hw.memory_gib=500",))
+    with pytest.raises(ProfileError) as refused:
+        check_memory_budget(cpu, CPU_2, source=source, host=HOST_23)
+    assert str(refused.value) == (
+        "hw.memory_gib=500 (conf/hw/cpu.yaml; command-line override 'hw.memory_gib=500') is more "
+        "than this host's memory (MemTotal 23.40 GiB): state at most 23.4, or leave it null to "
+        "plan within what the host has free"
+    )
+    assert refused.value.keys == ("memory_gib",)
+    within, _ = load("cpu", memory_gib=23.0)
+    check_memory_budget(within, CPU_2, source=source, host=HOST_23)
+
+
+def test_a_gpu_budget_above_the_cards_memory_set_on_the_command_line_is_refused():
+    t4, _ = load("t4", memory_gib=80.0)
+    source = ProfileSource("conf/hw/t4.yaml", ("hw.memory_gib=80",))
+    with pytest.raises(ProfileError) as refused:
+        check_memory_budget(t4, T4, source=source)
+    assert "\n" not in str(refused.value)
+    assert str(refused.value).startswith("hw.memory_gib=80 (conf/hw/t4.yaml; command-line")
+    assert "more than this GPU's memory (Tesla T4, 14.6 GiB): state at most 14.6" in str(
+        refused.value
+    )
+    # The profile file's own memory on another card is check_profile's mismatch, not this.
+    h100, h100_source = load("h100_80gb")
+    check_memory_budget(h100, T4, source=h100_source)
+    # Within the card's reported memory (ECC, drivers): accepted.
+    t4_stated, _ = load("t4", memory_gib=14.8)
+    check_memory_budget(t4_stated, T4, source=ProfileSource("x", ("hw.memory_gib=14.8",)))

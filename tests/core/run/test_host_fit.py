@@ -17,7 +17,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from vramkit.core.hardware.profile import HardwareProfile
+from vramkit.core.hardware.profile import HardwareProfile, ProfileError
 from vramkit.core.planner.decisions.host_memory import CPU_STEP_ALLOWANCE, HostBudget
 from vramkit.core.planner.errors import DoesNotFitError
 from vramkit.core.planner.tracing.batches import PhaseSamples
@@ -112,6 +112,13 @@ def test_a_cpu_run_over_the_hosts_memory_is_refused_before_any_work(compose_conf
     assert "does not fit this host's memory" in message and "hw.memory_gib 0.2 GiB" in message
     assert "Remedies:" in message and "\n" not in message
     assert not Path(cfg.paths.output_dir).exists()  # refused before the run folder
+
+
+def test_a_cpu_budget_above_the_hosts_memory_is_refused_before_any_work(compose_config):
+    cfg = compose_config(*TINY_TEXT, "hw.memory_gib=5000")
+    with pytest.raises(ProfileError, match=r"^hw\.memory_gib=5000 .* is more than this host's"):
+        train(cfg)
+    assert not Path(cfg.paths.output_dir).exists()
 
 
 def test_the_planned_host_memory_is_close_to_the_measured_rss(compose_config):

@@ -3,22 +3,28 @@ exactness is refused in one line before anything is written; allowed changes are
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from vramkit.core.callbacks.checkpoint_contract import CONTRACT_KEY
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.schema import ConfigError
+from vramkit.core.hardware.detect import load_profile_file
 from vramkit.core.run.resume_contract import (
     ResumeContract,
     ResumeSettings,
     enforce_resume_contract,
     exactness_changes,
+    keep_trained_batch,
     load_initial_weights,
+    run_contract,
 )
 from vramkit.core.run.run_folder import CHECKPOINTS, RUN_CONFIG
+from vramkit.core.run.settle import Settlement
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 FIRST_RUN = ("+hw=cpu", "debug=smoke")
@@ -76,15 +82,17 @@ def test_settings_that_break_exactness_are_listed_with_the_way_to_start_afresh(
         *FIRST_RUN,
         f"ckpt_path={finished_run}",
         "model.optimizer.lr=0.01",
-        "hw.batch_size=2",
+        "hw.accumulate_grad_batches=2",
         "seed=7",
         "trainer.max_epochs=5",  # may change
+        "hw.batch_size=2",  # per device: compared as settled (keep_trained_batch)
+        "data.num_workers=2",  # how samples arrive, not which
     )
     with pytest.raises(ConfigError) as refused:
         enforce_resume_contract(cfg)
     lines = str(refused.value).splitlines()
     assert lines[1:4] == [
-        "  hw.batch_size: auto -> 2",
+        "  hw.accumulate_grad_batches: 1 -> 2",
         "  model.optimizer.lr: 0.004 -> 0.01",
         "  seed: 42 -> 7",
     ]
@@ -97,7 +105,7 @@ def test_a_resume_with_the_runs_settings_and_a_longer_schedule_passes(compose_co
     assert enforce_resume_contract(cfg) == []
 
 
-def test_allowed_changes_are_recorded_and_the_optimizer_keeps_the_checkpoints_settings(
+def test_allowed_changes_are_recorded_and_kept_in_the_config_to_be_applied(
     compose_config, finished_run, capsys
 ):
     cfg = compose_config(
@@ -105,12 +113,131 @@ def test_allowed_changes_are_recorded_and_the_optimizer_keeps_the_checkpoints_se
         f"ckpt_path={finished_run}",
         "resume.allow_changes=true",
         "model.optimizer.lr=0.01",
-        "hw.batch_size=2",
+        "data.image_size=160",
     )
-    assert enforce_resume_contract(cfg) == ["hw.batch_size: auto -> 2"]
-    assert cfg.resume.changes == ["hw.batch_size: auto -> 2"]
-    assert cfg.model.optimizer.lr == 0.004  # what trains: Lightning restores the optimizer's lr
-    assert "model.optimizer.lr: 0.004 -> 0.01 NOT applied" in capsys.readouterr().err
+    changes = ["data.image_size: 128 -> 160", "model.optimizer.lr: 0.004 -> 0.01"]
+    assert enforce_resume_contract(cfg) == changes
+    assert cfg.resume.changes == changes
+    # What trains: the new rate, which CheckpointContract applies after the optimizer loads.
+    assert cfg.model.optimizer.lr == 0.01
+    assert "resume: applying model.optimizer.lr: 0.004 -> 0.01" in capsys.readouterr().err
+
+
+def test_allowed_changes_it_cannot_apply_are_still_refused(compose_config, finished_run):
+    cfg = compose_config(
+        *FIRST_RUN,
+        f"ckpt_path={finished_run}",
+        "resume.allow_changes=true",
+        "seed=7",
+        "model.optimizer._target_=torch.optim.SGD",
+    )
+    with pytest.raises(ConfigError) as refused:
+        enforce_resume_contract(cfg)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert (
+        "cannot apply model.optimizer._target_: torch.optim.AdamW -> torch.optim.SGD (" in message
+    )
+    assert "seed: 42 -> 7 (the random streams and the data order continue" in message
+    assert message.endswith(f"start a new run from its weights with init_from={finished_run}")
+
+
+def test_a_checkpoint_without_its_run_folder_is_checked_against_its_contract(
+    compose_config, tmp_path
+):
+    # The drill: copied elsewhere, resumed with other settings: exit 0, nothing said.
+    first = compose_config(*FIRST_RUN)
+    copied = tmp_path / "copied.ckpt"
+    contract = run_contract(first, _settled(first, batch_size=4).profile)
+    state = {"state_dict": _model(first).state_dict(), "pytorch-lightning_version": "2.6.6"}
+    torch.save({**state, "epoch": 0, "global_step": 4, CONTRACT_KEY: contract}, copied)
+    cfg = compose_config(
+        *FIRST_RUN,
+        f"ckpt_path={copied}",
+        "seed=7",
+        "data.image_size=160",
+        "model.optimizer.lr=0.5",
+    )
+    with pytest.raises(ConfigError) as refused:
+        enforce_resume_contract(cfg)
+    assert str(refused.value).splitlines()[1:4] == [
+        "  data.image_size: 128 -> 160",
+        "  model.optimizer.lr: 0.004 -> 0.5",
+        "  seed: 42 -> 7",
+    ]
+
+
+def _settled(cfg: DictConfig, *, batch_size: int, accumulate: int = 1) -> Settlement:
+    profile = load_profile_file(REPO_ROOT / "conf" / "hw" / "cpu.yaml", display_root=REPO_ROOT)
+    return Settlement(
+        profile=profile.profile.model_copy(
+            update={
+                "batch_size": batch_size,
+                "val_batch_size": 4,
+                "accumulate_grad_batches": accumulate,
+            }
+        ),
+        device="CPU",
+        detected=False,
+        remedy=(),
+        fit_records=(),
+        decisions=(),
+        user_overrides=(),
+        in_code=(),
+        overrides=(f"++hw.batch_size={batch_size}",),
+        config_name="train",
+        conf_dir=str(REPO_ROOT / "conf"),
+    )
+
+
+def _checkpoint_with_contract(folder: Path, cfg: DictConfig, **batch: int) -> Path:
+    path = folder / "trained.ckpt"
+    contract = run_contract(cfg, _settled(cfg, **batch).profile)
+    torch.save({"state_dict": {}, CONTRACT_KEY: contract}, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("fits", "expected"),
+    [(1, (1, 4)), (3, (2, 2)), (4, (4, 1)), (16, (4, 1))],
+)
+def test_a_resume_keeps_the_samples_per_optimizer_step(compose_config, tmp_path, fits, expected):
+    # The drill: resumed with less memory, batch 4 became 1 and the run trained 4x the
+    # steps; the settled batch is regrouped: same samples per optimizer step.
+    checkpoint = _checkpoint_with_contract(tmp_path, compose_config(*FIRST_RUN), batch_size=4)
+    cfg = compose_config(*FIRST_RUN, f"ckpt_path={checkpoint}")
+    kept = keep_trained_batch(cfg, _settled(cfg, batch_size=fits))
+    assert (kept.profile.batch_size, kept.profile.accumulate_grad_batches) == expected
+    if expected != (fits, 1):
+        assert kept.overrides[-2:] == (
+            f"++hw.batch_size={expected[0]}",
+            f"++hw.accumulate_grad_batches={expected[1]}",
+        )
+        assert [o for o in kept.overrides if o.startswith("++hw.batch_size=")] == [
+            f"++hw.batch_size={expected[0]}"
+        ]
+
+
+def test_a_resume_in_another_number_of_processes_or_precision_is_refused_in_one_line(
+    compose_config, tmp_path
+):
+    checkpoint = _checkpoint_with_contract(tmp_path, compose_config(*FIRST_RUN), batch_size=4)
+    cfg = compose_config(*FIRST_RUN, f"ckpt_path={checkpoint}")
+    settled = _settled(cfg, batch_size=4)
+    two = dataclasses.replace(settled, profile=settled.profile.model_copy(update={"devices": 2}))
+    with pytest.raises(ConfigError, match=r"this run has 2 processes, the checkpoint's 1 \("):
+        keep_trained_batch(cfg, two)
+    bf16 = dataclasses.replace(
+        settled, profile=settled.profile.model_copy(update={"precision": "bf16-mixed"})
+    )
+    with pytest.raises(ConfigError) as refused:
+        keep_trained_batch(cfg, bf16)
+    assert "\n" not in str(refused.value)
+    assert "settles hw.precision bf16-mixed, the checkpoint trained at 32-true" in str(
+        refused.value
+    )
+    allowed = compose_config(*FIRST_RUN, f"ckpt_path={checkpoint}", "resume.allow_changes=true")
+    assert keep_trained_batch(allowed, bf16).profile.precision == "bf16-mixed"
 
 
 def test_evaluation_checks_the_model_but_not_the_training_settings(compose_config, finished_run):

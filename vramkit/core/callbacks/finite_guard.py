@@ -8,7 +8,11 @@ Checked, at no measurable cost when every number is finite:
   ``torch._foreach_norm``, see benchmarks/finite_guard.py). Under ``16-mixed`` the GradScaler
   already checks them and skips such a step, which is normal; only a loss scale pushed below
   ``min_loss_scale`` by skip after skip counts as non-finite gradients;
-- the loss of every training step (one host sync of a scalar);
+- the loss of every training step (one host sync of a scalar); under ``skip_step`` and
+  ``rollback`` also every floating-point weight and buffer after the step, in the same sync (the
+  fused check reads them into the flag the loss is added to): a weight or buffer can turn
+  non-finite while the loss and gradients stay finite (a parameter the loss does not reach, a
+  BatchNorm running statistic), and only a check at the step can still roll it back;
 - every monitored metric, after validation (a non-finite one is named, and
   :class:`~vramkit.core.callbacks.finite_model_checkpoint.FiniteModelCheckpoint` never ranks it
   as best);
@@ -16,14 +20,17 @@ Checked, at no measurable cost when every number is finite:
   ``last.ckpt``, the periodic ones of checkpoint retention): a non-finite one stops the run
   instead, so the last finite checkpoint is never overwritten with NaN.
 
-What a non-finite loss or gradient does is ``on_non_finite``:
+What a non-finite loss, gradient, weight or buffer does is ``on_non_finite``:
 
 - ``stop`` (the default): the run ends with :class:`TrainingDiverged`, one message naming the
   step, the epoch and the last finite checkpoint; ``train.py`` exits with status 3;
-- ``skip_step``: the optimizer step is skipped (gradients dropped), counted and warned about;
-- ``rollback``: the step is skipped, then the weights and optimizer state of the last finite
-  checkpoint are loaded and the learning rate halved (its schedule's base rates too, so the
-  halving lasts and travels in later checkpoints), with a warning.
+- ``skip_step``: the optimizer step is skipped (gradients dropped), counted and warned about. A
+  non-finite weight or buffer was made by a step already taken, which only a copy can undo: the
+  weights, buffers and optimizer state of the last finite checkpoint are loaded instead, the
+  learning rate unchanged;
+- ``rollback``: the step is skipped, then the weights, buffers and optimizer state of the last
+  finite checkpoint are loaded and the learning rate halved (its schedule's base rates too, so
+  the halving lasts and travels in later checkpoints), with a warning.
 
 ``skip_step`` and ``rollback`` stop like ``stop`` after ``max_non_finite_in_a_row`` non-finite steps
 without a finite one between them.
@@ -34,6 +41,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -45,6 +53,7 @@ from pydantic import Field
 
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import Settings
+from vramkit.core.config.source import command_line_overrides, override_key
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +62,9 @@ class FiniteGuardSettings(Settings):
     """The keys of ``callbacks.finite_guard`` (conf/callbacks/finite_guard.yaml)."""
 
     on_non_finite: Literal["stop", "skip_step", "rollback"] = "stop"
-    """What a non-finite loss or gradient does: stop the run, skip the optimizer step, or roll
-    back to the last finite checkpoint with half the learning rate."""
+    """What a non-finite loss, gradient, weight or buffer does: stop the run, skip the optimizer
+    step (a weight or buffer: back to the last finite checkpoint), or roll back to the last
+    finite checkpoint with half the learning rate."""
     max_non_finite_in_a_row: int = Field(3, ge=1)
     """skip_step, rollback: non-finite steps in a row that are tolerated; one more stops."""
     min_loss_scale: float = Field(1.0, gt=0)
@@ -86,11 +96,16 @@ class FiniteGuard(L.Callback):
         self.rollbacks = 0
         self._scaler: Any = None  # the precision plugin's GradScaler, if any
         self._bad_gradients = False  # this step's gradients were not finite (step skipped)
+        self._state: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._scaler = getattr(trainer.precision_plugin, "scaler", None)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.settings.on_non_finite != "stop":
+            # Gathered once (weights and buffers change in place: optimizers, BatchNorm,
+            # load_state_dict): walking the modules each step cost more than checking them.
+            self._state = floating_state(pl_module)
         # A step size beyond the weights' largest number is not a divergence but a crash in the
         # optimizer's own arithmetic (Adam: "value cannot be converted to type float without
         # overflow" at lr=1e38, whose first step is lr / (1 - beta1)): refused here instead.
@@ -137,14 +152,22 @@ class FiniteGuard(L.Callback):
         batch_idx: int,
     ) -> None:
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        loss = loss if isinstance(loss, torch.Tensor) else None
         bad = []
-        if isinstance(loss, torch.Tensor) and not _finite_loss(loss):
+        weights_checked = self.settings.on_non_finite != "stop"
+        if weights_checked and _weights_and_loss_finite(self._state, loss):
+            loss = None  # finite, checked with the weights in one sync
+        if loss is not None and not _finite_loss(loss):
             bad.append(f"loss ({loss.detach().float().mean().item():g})")
         if self._bad_gradients or (
             self._scaler is not None and self._scaler.get_scale() < self.settings.min_loss_scale
         ):
             bad.append("gradients")
         self._bad_gradients = False
+        if weights_checked and not bad:
+            name = first_non_finite_weight(pl_module)
+            if name is not None:
+                bad.append(f"weights ({name})")
         if not bad:
             self.non_finite_in_a_row = 0
             return
@@ -155,7 +178,9 @@ class FiniteGuard(L.Callback):
             or self.non_finite_in_a_row > self.settings.max_non_finite_in_a_row
         ):
             self._stop(trainer, what)
-        if self.settings.on_non_finite == "skip_step":
+        if self.settings.on_non_finite == "skip_step" and bad[-1].startswith("weights"):
+            self._roll_back(trainer, pl_module, what, halve=False)
+        elif self.settings.on_non_finite == "skip_step":
             self.skipped_steps += 1
             log.warning(
                 "non-finite %s at %s: optimizer step skipped (%d in a row, %d in all; the run "
@@ -203,23 +228,32 @@ class FiniteGuard(L.Callback):
         non-finite value (default: the last one taken)."""
         last = last_finite_checkpoint(trainer)
         kept = (
-            f"the last finite checkpoint is {last} (resume it with ckpt_path={last} and a "
-            "smaller learning rate)"
+            f"the last finite checkpoint is {last}"
             if last is not None
             else "no checkpoint was written before it"
         )
+        advice = (
+            f"; resume it at half the learning rate: {resume_command(trainer, last)}"
+            if last is not None
+            else ""
+        )
         tolerated = (
             f" after {self.non_finite_in_a_row} in a row ({self.settings.on_non_finite})"
-            if self.settings.on_non_finite != "stop"
+            if self.settings.on_non_finite != "stop" and self.non_finite_in_a_row
             else ""
         )
         raise TrainingDiverged(
             f"training diverged: non-finite {what} at {_where(trainer, step)}{tolerated}"
             f"{' ' + detail if detail else ''}; {kept}. callbacks.finite_guard.on_non_finite="
-            "skip_step or rollback tolerates a few (conf/callbacks/finite_guard.yaml)"
+            f"skip_step or rollback tolerates a few (conf/callbacks/finite_guard.yaml){advice}"
         )
 
-    def _roll_back(self, trainer: L.Trainer, pl_module: L.LightningModule, what: str) -> None:
+    def _roll_back(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, what: str, *, halve: bool = True
+    ) -> None:
+        """Load the weights, buffers and optimizer state of the last finite checkpoint; with
+        ``halve`` also halve the learning rate for good (rollback), else keep it (skip_step on
+        a weight or buffer)."""
         path = last_finite_checkpoint(trainer)
         if path is None:
             self._stop(trainer, what, "with no finite checkpoint to roll back to")
@@ -227,24 +261,33 @@ class FiniteGuard(L.Callback):
         checkpoint = trainer.strategy.load_checkpoint(path)
         trainer.strategy.load_model_state_dict(checkpoint, strict=True)
         trainer.strategy.load_optimizer_state_dict(checkpoint)
+        # The optimizer's state brings the checkpoint's rates; the rates trained with go on.
+        factor = 0.5 if halve else 1.0
         for optimizer, old in zip(trainer.optimizers, rates, strict=True):
             for group, rate in zip(optimizer.param_groups, old, strict=True):
-                group["lr"] = rate / 2
+                group["lr"] = rate * factor
                 if "initial_lr" in group:
-                    group["initial_lr"] /= 2
+                    group["initial_lr"] *= factor
         for config in trainer.lr_scheduler_configs:
             base_lrs = getattr(config.scheduler, "base_lrs", None)
             if base_lrs is not None:  # the schedule multiplies these: halve them for good
-                config.scheduler.base_lrs = [rate / 2 for rate in base_lrs]
-        self.rollbacks += 1
+                config.scheduler.base_lrs = [rate * factor for rate in base_lrs]
+        self.rollbacks += halve
         self.skipped_steps += 1
+        rates_now = ", ".join(
+            f"{g['lr']:.3g}" for opt in trainer.optimizers for g in opt.param_groups
+        )
         log.warning(
-            "non-finite %s at %s: rolled back to the weights and optimizer state of %s and "
-            "halved the learning rate (now %s; %d in a row, the run stops after %d)",
+            "non-finite %s at %s: rolled back to the weights, buffers and optimizer state of %s "
+            "%s (now %s; %d in a row, the run stops after %d)",
             what,
             _where(trainer),
             path,
-            ", ".join(f"{g['lr']:.3g}" for opt in trainer.optimizers for g in opt.param_groups),
+            "and halved the learning rate"
+            if halve
+            else "(skip_step: the step that made them non-finite is undone that way), learning "
+            "rate kept",
+            rates_now,
             self.non_finite_in_a_row,
             self.settings.max_non_finite_in_a_row,
         )
@@ -273,6 +316,53 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     return True
 
 
+def _weights_and_loss_finite(
+    state: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]], loss: torch.Tensor | None
+) -> bool:
+    """Whether every tensor of ``state`` (`floating_state`) and ``loss`` is finite: the fused
+    check of `all_finite` on each device and dtype into one flag per device, the loss's verdict
+    added, and one host sync (the one the loss alone costs)."""
+    groups = dict(state)
+    if loss is not None:
+        key = (loss.device, torch.float32)
+        groups[key] = [*groups.get(key, []), loss.detach().reshape(-1).float()]
+    flags: dict[torch.device, torch.Tensor] = {}
+    with torch.no_grad():  # multiplies the weights by 1 in place: no value and no graph changes
+        for (device, _), group in groups.items():
+            if device not in flags:
+                flags[device] = _scratch(device)[0]
+                flags[device].zero_()
+            torch._amp_foreach_non_finite_check_and_unscale_(
+                group, flags[device], _scratch(device)[1]
+            )
+    if not flags:
+        return True
+    first, *others = flags.values()
+    return not bool(sum((flag.to(first.device) for flag in others), first).item())
+
+
+def first_non_finite_weight(module: torch.nn.Module) -> str | None:
+    """The name of the first floating-point parameter or buffer of ``module`` holding NaN or inf,
+    or None (one check per tensor: for the message, after the fused check found one)."""
+    named = [*module.named_parameters(), *module.named_buffers()]
+    for name, tensor in named:
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor.detach()).all()):
+            return name
+    return None
+
+
+def floating_state(
+    module: torch.nn.Module,
+) -> dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]:
+    """The floating-point parameters and buffers of ``module``, detached (the fused check writes
+    into them, times 1, which autograd must not see), by device and dtype."""
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for tensor in [*module.parameters(), *module.buffers()]:
+        if tensor.is_floating_point() and tensor.numel():
+            groups.setdefault((tensor.device, tensor.dtype), []).append(tensor.detach())
+    return groups
+
+
 @functools.cache
 def _scratch(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     # The check's flag and its scale of 1, made once per device: making them every step cost
@@ -292,6 +382,29 @@ def _all_finite_read_only(tensors: Iterable[torch.Tensor]) -> bool:
     # largest magnitude per tensor, which overflows nowhere and carries NaN.
     norms = torch._foreach_norm([t.detach() for t in tensors], math.inf)
     return all(bool(torch.isfinite(n)) for n in norms)
+
+
+_RESUME_KEYS = ("ckpt_path", "init_from", "model.optimizer.lr", "resume.allow_changes")
+
+
+def resume_command(trainer: L.Trainer, checkpoint: Path) -> str:
+    """The command that resumes ``checkpoint`` at half the run's peak learning rate (the
+    schedule's base rate): this run's command-line overrides, the checkpoint, the rate, and
+    ``resume.allow_changes=true``, which applies the rate to the optimizer and its schedule."""
+    peak = next(
+        (
+            float(rate)
+            for config in trainer.lr_scheduler_configs
+            for rate in getattr(config.scheduler, "base_lrs", ())
+        ),
+        next((float(g["lr"]) for opt in trainer.optimizers for g in opt.param_groups), None),
+    )
+    kept = [o for o in command_line_overrides() if override_key(o) not in _RESUME_KEYS]
+    words = ["python", "train.py", *kept, f"ckpt_path={checkpoint}"]
+    if peak is not None:
+        words.append(f"model.optimizer.lr={peak / 2:.3g}")
+    words.append("resume.allow_changes=true")
+    return " ".join(shlex.quote(word) for word in words)
 
 
 def last_finite_checkpoint(trainer: L.Trainer) -> Path | None:

@@ -150,10 +150,13 @@ class ResumeCheckpoint(ModelCheckpoint):
                 self._write(trainer, "the run stops early")
                 self._stopped_in_epoch = trainer.current_epoch
             return
+        # Only where a batch ended an optimizer step: accumulated gradients are no part of a
+        # checkpoint, so one written between the batches of a step would resume it short.
         if (
             self.settings.every_n_train_steps
             and time.monotonic() - self._written_at >= self.settings.min_interval_s
             and trainer.global_step % self.settings.every_n_train_steps == 0
+            and (batch_idx + 1) % trainer.accumulate_grad_batches == 0
         ):
             self._write(trainer, f"every {self.settings.every_n_train_steps} steps")
 

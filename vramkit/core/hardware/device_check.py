@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from vramkit.core.hardware.detect import DeviceInfo, memory_tolerance_gib
-from vramkit.core.hardware.profile import HardwareProfile, ProfileSource
+from vramkit.core.hardware.memory_stats import HostLimit, read_host_limit
+from vramkit.core.hardware.profile import HardwareProfile, ProfileError, ProfileSource
+from vramkit.core.units import GIB
 
 _CPU_SAFE_PRECISIONS = ("32-true", "64-true")
 _BF16_TO_FP16 = {"bf16-mixed": "16-mixed", "bf16-true": "16-true"}
@@ -142,6 +144,48 @@ def check_profile(
     if fit.problems and profile.strict:
         raise HardwareMismatchError(mismatch_message(profile, device, fit, source, detected))
     return fit
+
+
+def check_memory_budget(
+    profile: HardwareProfile,
+    device: DeviceInfo,
+    *,
+    source: ProfileSource,
+    host: HostLimit | None = None,
+) -> None:
+    """Refuse, in one line, a `memory_gib` this machine cannot have: on the `cpu` profile more
+    than the host's memory (`host`, read from /proc/meminfo and the cgroup when None), on a GPU
+    profile more than the GPU's total memory where the command line set it (a profile file's
+    own memory on a smaller card is `check_profile`'s mismatch, with its two ways out).
+
+    Refusing, not capping: a budget above the machine is a typo or a copied command, and a cap
+    would plan a run the user did not ask for; less memory than stated *now* (other processes)
+    is capped by the host plan instead (`host_memory.host_budget`).
+    """
+    stated = profile.memory_gib
+    if stated is None:
+        return
+    where = source.where("memory_gib")
+    if profile.accelerator == "cpu":
+        host = host if host is not None else read_host_limit()
+        if host is None or stated * GIB <= host.limit:
+            return
+        have = host.limit / GIB
+        raise ProfileError(
+            f"hw.memory_gib={stated:g} ({where}) is more than this host's memory ({host.source}):"
+            f" state at most {have:.1f}, or leave it null to plan within what the host has free",
+            keys=("memory_gib",),
+        )
+    overridden = source.override_for("hw.memory_gib") is not None
+    if device.kind != "cuda" or not overridden:
+        return
+    if stated > device.memory_gib + memory_tolerance_gib(device.memory_gib):
+        raise ProfileError(
+            f"hw.memory_gib={stated:g} ({where}) is more than this GPU's memory "
+            f"({device.name}, {device.memory_gib:.1f} GiB): state at most "
+            f"{device.memory_gib:.1f}, or drop the override to use profile {profile.name}'s",
+            keys=("memory_gib",),
+        )
 
 
 def mismatch_message(

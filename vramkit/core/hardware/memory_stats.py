@@ -141,6 +141,34 @@ def read_host_room(
     return HostRoom(room=room, own=own, source=source)
 
 
+@dataclass(frozen=True)
+class HostLimit:
+    """The most memory this process could ever hold on the host (bytes), and what says so."""
+
+    limit: int
+    """MemTotal, or the cgroup's memory limit where that is lower."""
+    source: str
+    """E.g. "MemTotal 23.43 GiB" or "cgroup limit 8.00 GiB"."""
+
+
+def read_host_limit(
+    meminfo: Path = _MEMINFO, cgroup_limits: tuple[tuple[Path, Path], ...] = _CGROUP_LIMITS
+) -> HostLimit | None:
+    """The host's memory for any process of this cgroup; None where /proc cannot be read."""
+    total = _kib_field(meminfo, "MemTotal")
+    if total is None:
+        return None
+    found = HostLimit(total, f"MemTotal {total / 2**30:.2f} GiB")
+    for limit_path, _ in cgroup_limits:
+        limit = _read_int(limit_path)
+        if limit is None or limit >= _NO_LIMIT:
+            continue
+        if limit < found.limit:
+            found = HostLimit(limit, f"cgroup limit {limit / 2**30:.2f} GiB")
+        break
+    return found
+
+
 def _read_int(path: Path) -> int | None:
     try:
         text = path.read_text().strip()

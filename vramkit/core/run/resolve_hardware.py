@@ -23,7 +23,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vramkit.core.config.source import command_line_overrides
 from vramkit.core.hardware.detect import DeviceInfo, detect_profile, display_path, probe_device
-from vramkit.core.hardware.device_check import apply_memory_cap, check_profile
+from vramkit.core.hardware.device_check import (
+    apply_memory_cap,
+    check_memory_budget,
+    check_profile,
+)
 from vramkit.core.hardware.profile import (
     AUTO,
     HardwareProfile,
@@ -34,6 +38,8 @@ from vramkit.core.hardware.profile import (
 )
 from vramkit.core.planner.decisions.task_defaults import DEFAULTS_KEY, task_batch_default
 from vramkit.core.run.eval_batch import settle_eval_batch
+from vramkit.core.run.run_folder import RUN_CONFIG, record_name
+from vramkit.core.units import GIB
 
 if TYPE_CHECKING:
     from vramkit.core.planner.decisions.task_plan import MemoryPlan
@@ -156,6 +162,7 @@ def _checked_profile(
     requested = requested_profile(cfg, conf_dir=conf_dir, device=device, echo=echo)
     profile, source = requested.profile, requested.source
     if check_device:
+        check_memory_budget(profile, device, source=source)
         fit = check_profile(profile, device, source=source, detected=requested.detected)
         if fit.problems and echo:
             _echo(
@@ -196,6 +203,12 @@ def _fit_host_memory(
     if budget is None:
         _echo("host memory unknown (no /proc/meminfo): the run is not checked against it")
         return profile
+    if budget.capped_from is not None:
+        _echo(
+            f"warning: hw.memory_gib {budget.capped_from:g} ({source.where('memory_gib')}) is "
+            f"more than this process can have now; planned within {budget.available / GIB:.2f} "
+            "GiB instead (other processes hold the rest)"
+        )
     searched = (profile.batch_size == AUTO, profile.val_batch_size == AUTO)
     requested = [
         _data_default(cfg, data_key, field, source) if auto else getattr(profile, field)
@@ -407,7 +420,10 @@ def _write_memory_plan(cfg: DictConfig, predictions: dict) -> None:
         return
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / MEMORY_PLAN).write_text(json.dumps(predictions, indent=2) + "\n")
+    # A resumed run's plan goes beside the first run's (memory_plan.resume_1.json), which the
+    # report keeps reading: a resume refused after settling leaves that folder as it was.
+    name = record_name(folder, MEMORY_PLAN) if (folder / RUN_CONFIG).is_file() else MEMORY_PLAN
+    (folder / name).write_text(json.dumps(predictions, indent=2) + "\n")
 
 
 def _data_default(cfg: DictConfig, data_key: str, field: str, source: ProfileSource) -> int:

@@ -1,34 +1,43 @@
-"""The resume contract: a checkpoint is checked before anything is written, and a resume keeps
-the settings that make it exact.
+"""The resume contract: a checkpoint is checked before anything is written, and a resume trains
+what the checkpoint's run trained.
 
 Hydra resolves ``hydra.run.dir=${run_folder:…,${ckpt_path}}`` (the resumed run's own folder) and
 writes ``.hydra.resume_<n>`` and the log there before ``train(cfg)`` runs, so a wrong checkpoint
 found by Lightning damaged the other run's folder. `ResumeContract` is a Hydra callback whose
 ``on_run_start`` runs after composition and before Hydra touches any folder. It refuses, in one
-line (exit status 2):
+message (exit status 2):
 
 - a ``ckpt_path`` (or ``init_from``) that cannot be loaded as a Lightning checkpoint: no file, a
   folder, zero bytes, a text file, half a file (`read_checkpoint`);
 - a checkpoint of another task, or whose parameter names and shapes differ from the model this
   config builds (built on the meta device: no memory, no weights);
-- on a resume, a change of a setting that breaks exactness (`EXACTNESS_KEYS`: model, data, batch
-  sizes, optimizer, schedule, seed, precision), listing each ``key: old -> new`` and how to start a
-  new run from the weights instead (``init_from=<ckpt>``). ``resume.allow_changes=true`` applies
-  them, prints each one and records it as ``resume.changes`` in the resume's resolved config.
-  Optimizer settings stay the checkpoint's even then (Lightning restores the optimizer's state,
-  learning rate included), so they are set back in the config, which then records what trains.
+- on a resume, a change of a composed setting that decides what trains (`COMPOSED_KEYS`: model,
+  optimizer, schedule, data, seed, clipping, accumulation as set), listing each ``key: old ->
+  new`` and how to start a new run from the weights instead (``init_from=<ckpt>``).
 
-The settings are compared with the newest config Hydra recorded in the checkpoint's run folder
-(``.hydra/config.yaml``, ``.hydra.resume_<n>/config.yaml``), read as data (a run folder's files
-are never resolved: an edited ``task_name: ${run_folder:/any/path}`` must create nothing), and
-unresolved, as both were composed: a
-``${hw.batch_size}`` that the profile settles compares equal to itself, and
-``hw.batch_size`` (what the user sets) is compared instead.
+The settings are compared with the contract the checkpoint carries (`CONTRACT_KEY`, written into
+every checkpoint by `vramkit.core.callbacks.checkpoint_contract.CheckpointContract`), so a
+checkpoint copied without its run folder is checked too; a checkpoint written before contracts
+existed is compared with the newest config its run folder recorded, read as data (a run folder's
+files are never resolved: an edited ``task_name: ${run_folder:/any/path}`` must create nothing).
+Both are unresolved, as composed: ``${hw.batch_size}`` compares equal to itself. What the
+profile settles is compared after settling (`keep_trained_batch`, called by ``train()``): the samples per optimizer step
+(per-device batch × accumulation × processes) are kept (batch 4 → batch 1 × 4 accumulated when
+this machine fits less), and a change of processes or precision is refused in one line.
+
+``resume.allow_changes=true`` applies every change it lists, prints each and records them as
+``resume.changes``: the model, data and clipping by building from the new config, the optimizer's
+settings (the learning rate included, scaling its schedule) and vramkit's schedule after the
+checkpoint's optimizer state is loaded (`CheckpointContract`). What it cannot apply is refused even
+then: a seed (the random streams and the data order continue from the checkpoint), another
+optimizer class (the checkpoint's state is of its own), another number of processes (loader
+positions count per process).
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
+import logging
 import re
 import sys
 from collections.abc import Iterator
@@ -39,40 +48,58 @@ import torch
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from vramkit.core.callbacks.checkpoint_contract import CONTRACT_KEY
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import Settings
-from vramkit.core.config.source import ConfigSource, command_line_overrides
+from vramkit.core.config.source import ConfigSource, command_line_overrides, override_key
+from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.io.checkpoint_io import UnreadableCheckpointError, read_checkpoint
 from vramkit.core.run.refusals import refusals_as_messages
 from vramkit.core.run.run_folder import folder_of_checkpoint, read_run_file
+from vramkit.core.run.settle import Settlement
 
-EXACTNESS_KEYS = (
+log = logging.getLogger(__name__)
+
+COMPOSED_KEYS = (
     "task_name",
     "model",
     "data",
     "seed",
-    "batch_size_defaults.train",
-    "hw.batch_size",
     "hw.accumulate_grad_batches",
     "hw.target_effective_batch",
-    "hw.precision",
-    "hw.devices",
-    "hw.num_nodes",
-    "trainer.precision",
     "trainer.accumulate_grad_batches",
-    "trainer.devices",
-    "trainer.num_nodes",
     "trainer.gradient_clip_val",
     "trainer.gradient_clip_algorithm",
 )
-"""Keys (and the keys below them) whose change makes a resumed run differ from an uninterrupted
-one. Everything else (trainer.max_epochs, max_time, loggers, callbacks' intervals, paths, the
-validation batch size) may change on a resume."""
+"""Composed keys (and the keys below them) whose change makes a resumed run differ from an
+uninterrupted one. The batch, processes and precision are compared as settled instead
+(`keep_trained_batch`); everything else (trainer.max_epochs, max_time, loggers, callbacks'
+intervals, paths, the validation batch size) may change on a resume."""
 
-KEPT_FROM_CHECKPOINT = ("model.optimizer",)
-"""Exactness keys a resume cannot change even when allowed: Lightning restores the optimizer's
-state, and its hyper-parameters (learning rate, weight decay, betas) with it."""
+MAY_CHANGE = (
+    "data.num_workers",
+    "data.pin_memory",
+    "data.prefetch_factor",
+    "data.persistent_workers",
+    "data.val_batch_size",
+    "data.val_cache",
+)
+"""Keys under `COMPOSED_KEYS` that change how data arrives, not what trains: loader workers
+(each sample's augmentation is seeded by its index, not by a worker) and validation's batching
+and cache."""
+
+NOT_APPLICABLE = {
+    "seed": "the random streams and the data order continue from the checkpoint",
+    "model.optimizer._target_": "the checkpoint's optimizer state is of its own class",
+}
+"""Changes ``resume.allow_changes`` cannot apply, and why."""
+
+_EFFECTIVE_BATCH_KEYS = (
+    "hw.accumulate_grad_batches",
+    "hw.target_effective_batch",
+    "trainer.accumulate_grad_batches",
+)
 
 _MODEL_FLAGS = {"compile": False}
 """Model settings that change nothing in its parameters, set so that building it for the shape
@@ -89,8 +116,8 @@ class ResumeSettings(Settings):
     """``resume.*`` of conf/train.yaml: what a resume from ``ckpt_path`` may change."""
 
     allow_changes: bool = False
-    """Apply changes of settings that break exactness (model, data, batch sizes, schedule, seed,
-    precision) instead of refusing them; each is printed and recorded."""
+    """Apply changes of settings that break exactness (model, optimizer, schedule, data,
+    accumulation, precision) instead of refusing them; each is printed and recorded."""
     changes: tuple[str, ...] = ()
     """Written by a resume, not set by hand: each exactness-breaking change it applied
     (``key: old -> new``)."""
@@ -115,9 +142,9 @@ def enforce_resume_contract(config: DictConfig) -> list[str]:
     or not) and return the changes applied to it on a resume (``key: old -> new``).
 
     Raises `ConfigError` for an unreadable checkpoint, one of another task or model shape, both
-    keys at once, or exactness-breaking changes without ``resume.allow_changes=true``. With it,
-    optimizer changes are set back to the checkpoint's values in ``config`` and every change is
-    recorded in ``config.resume.changes``.
+    keys at once, exactness-breaking changes without ``resume.allow_changes=true``, or, with it,
+    a change it cannot apply (`NOT_APPLICABLE`). Applied changes are recorded in
+    ``config.resume.changes``.
     """
     ckpt_path, init_from = config.get("ckpt_path"), config.get("init_from")
     if ckpt_path and init_from:
@@ -132,16 +159,19 @@ def enforce_resume_contract(config: DictConfig) -> list[str]:
     if not path or config.get("backend", "torch") != "torch":
         return []
     checkpoint = _readable(key, Path(str(path)))
+    contract = _contract_of(checkpoint)
+    _contracts[_identity(Path(str(path)))] = contract
     recorded = _recorded_config(Path(str(path)))
     _check_same_model(key, Path(str(path)), checkpoint, task, recorded)
     if key != "ckpt_path" or not task.get("train", False):
         return []  # evaluation or new weights: nothing resumes
-    changes = exactness_changes(recorded, task) if recorded is not None else []
+    trained = contract["settings"] if contract else _composed_settings(recorded)
+    changes = exactness_changes(trained, task) if trained is not None else []
     if not changes:
         return []
     if not settings.allow_changes:
         raise ConfigError(_refusal(Path(str(path)), changes), tuple(k for k, _, _ in changes))
-    return _apply(config, changes)
+    return _apply(config, Path(str(path)), changes)
 
 
 def resume_settings(cfg: DictConfig) -> ResumeSettings:
@@ -161,11 +191,13 @@ def load_initial_weights(model: torch.nn.Module, path: str | Path) -> None:
 
 
 def exactness_changes(
-    previous: DictConfig | dict[str, Any], current: DictConfig
+    trained: dict[str, Any] | DictConfig, current: DictConfig
 ) -> list[tuple[str, Any, Any]]:
-    """``(key, old, new)`` for each leaf under `EXACTNESS_KEYS` that differs between two configs
-    (unresolved: interpolations compare as written); a missing key reads as `_ABSENT`."""
-    old, new = _leaves(previous), _leaves(current)
+    """``(key, old, new)`` for each leaf under `COMPOSED_KEYS` that differs between the settings
+    a checkpoint was trained with (a contract's flat ``{key: value}``, or a recorded config) and
+    ``current`` (unresolved: interpolations compare as written); a missing key reads `_ABSENT`."""
+    old = trained if isinstance(trained, dict) else _leaves(trained)
+    new = _leaves(current)
     return [
         (key, old.get(key, _ABSENT), new.get(key, _ABSENT))
         for key in sorted(old.keys() | new.keys())
@@ -173,8 +205,21 @@ def exactness_changes(
     ]
 
 
+def composed_settings(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
+    """The leaves of ``cfg`` under `COMPOSED_KEYS`, unresolved (``{"model.optimizer.lr": …}``):
+    the composed part of a checkpoint's contract."""
+    return {key: value for key, value in _leaves(cfg).items() if _breaks_exactness(key)}
+
+
+def _composed_settings(recorded: dict[str, Any] | None) -> dict[str, Any] | None:
+    return composed_settings(recorded) if recorded is not None else None
+
+
 def _breaks_exactness(key: str) -> bool:
-    return any(key == prefix or key.startswith(f"{prefix}.") for prefix in EXACTNESS_KEYS)
+    def under(prefixes: tuple[str, ...]) -> bool:
+        return any(key == prefix or key.startswith(f"{prefix}.") for prefix in prefixes)
+
+    return under(COMPOSED_KEYS) and not under(MAY_CHANGE)
 
 
 def _leaves(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
@@ -313,31 +358,148 @@ def _refusal(path: Path, changes: list[tuple[str, Any, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _apply(config: DictConfig, changes: list[tuple[str, Any, Any]]) -> list[str]:
+def _apply(config: DictConfig, path: Path, changes: list[tuple[str, Any, Any]]) -> list[str]:
+    impossible = [
+        f"{key}: {old} -> {new} ({why})"
+        for key, old, new in changes
+        for prefix, why in NOT_APPLICABLE.items()
+        if key == prefix or key.startswith(f"{prefix}.")
+    ]
+    if impossible:
+        raise ConfigError(
+            f"ckpt_path {path}: resume.allow_changes=true cannot apply "
+            f"{'; '.join(impossible)}; start a new run from its weights with init_from={path}",
+            ("ckpt_path",),
+        )
     applied = []
+    for key, old, new in changes:
+        print(
+            f"resume: applying {key}: {old} -> {new} (resume.allow_changes=true)", file=sys.stderr
+        )
+        applied.append(f"{key}: {old} -> {new}")
     with read_write(config), open_dict(config):
-        for key, old, new in changes:
-            if any(key == k or key.startswith(f"{k}.") for k in KEPT_FROM_CHECKPOINT):
-                print(
-                    f"resume: {key}: {old} -> {new} NOT applied: the optimizer's state, and its "
-                    "settings, come from the checkpoint (init_from=<ckpt> starts afresh)",
-                    file=sys.stderr,
-                )
-                _set_back(config, key, old)
-                continue
-            print(
-                f"resume: applying {key}: {old} -> {new} (resume.allow_changes=true)",
-                file=sys.stderr,
-            )
-            applied.append(f"{key}: {old} -> {new}")
         OmegaConf.update(config, "resume.changes", applied, force_add=True)
     return applied
 
 
-def _set_back(config: DictConfig, key: str, old: Any) -> None:
-    if old != _ABSENT:
-        OmegaConf.update(config, key, copy.deepcopy(old), force_add=True)
-        return
-    parent, _, name = key.rpartition(".")
-    node = OmegaConf.select(config, parent) if parent else config
-    del node[name]
+_contracts: dict[tuple[str, int, int], dict[str, Any] | None] = {}
+"""Contracts read by `enforce_resume_contract`, by checkpoint identity: ``train()`` reads them
+again after settling without loading the checkpoint twice."""
+
+
+def _identity(path: Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return str(path.absolute()), stat.st_mtime_ns, stat.st_size
+
+
+def checkpoint_contract(path: str | Path) -> dict[str, Any] | None:
+    """The contract checkpoint ``path`` carries (None: one written before contracts)."""
+    path = Path(str(path))
+    identity = _identity(path)
+    if identity not in _contracts:
+        _contracts[identity] = _contract_of(read_checkpoint(path))
+    return _contracts[identity]
+
+
+def _contract_of(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    # A file's contents are data: anything but the shape CheckpointContract writes reads as none.
+    contract = checkpoint.get(CONTRACT_KEY)
+    shaped = isinstance(contract, dict) and all(
+        isinstance(contract.get(part), dict) for part in ("settings", "batch")
+    )
+    return contract if shaped else None
+
+
+def run_contract(composed: DictConfig, profile: HardwareProfile) -> dict[str, Any]:
+    """The contract of a run: its composed settings (``composed``, the user's config before
+    settling) and its batch as settled (``profile``), as plain values a ``weights_only`` load
+    reads back."""
+    return {
+        "settings": composed_settings(_task_config(composed)),
+        "batch": {
+            "per_device": int(profile.batch_size),
+            "accumulate": int(profile.accumulate_grad_batches),
+            "processes": int(profile.world_size),
+            "precision": str(profile.precision),
+        },
+    }
+
+
+def keep_trained_batch(composed: DictConfig, settlement: Settlement) -> Settlement:
+    """On a resume of a checkpoint with a contract: ``settlement`` with the samples per optimizer
+    step of the checkpoint's run kept. The per-device batch becomes the largest divisor of the
+    checkpoint's that fits what this machine settled (the checkpoint's own when that fits), the
+    accumulation makes up the rest (batch 4 × 1 → 1 × 4); a position inside an epoch then counts
+    in whole new batches. Raises `ConfigError`, in one line, for another number of processes, for
+    another precision without ``resume.allow_changes``, and where no batch keeps the samples per
+    step. Logs one line when the batch is regrouped."""
+    ckpt_path = composed.get("ckpt_path")
+    if not ckpt_path or not composed.get("train", True):
+        return settlement
+    contract = checkpoint_contract(ckpt_path)
+    if contract is None:
+        return settlement
+    trained, profile = contract["batch"], settlement.profile
+    allowed = resume_settings(_task_config(composed)).allow_changes
+    head = f"ckpt_path {ckpt_path}: a resume continues the run exactly, and"
+    if profile.world_size != trained["processes"]:
+        raise ConfigError(
+            f"{head} this run has {profile.world_size} processes, the checkpoint's "
+            f"{trained['processes']} (loader positions count per process); resume with "
+            f"hw.devices / hw.num_nodes giving {trained['processes']}, or start a new run with "
+            f"init_from={ckpt_path}",
+            ("hw.devices",),
+        )
+    if profile.precision != trained["precision"] and not allowed:
+        raise ConfigError(
+            f"{head} this machine settles hw.precision {profile.precision}, the checkpoint "
+            f"trained at {trained['precision']}; resume where that precision runs, or apply it "
+            "with resume.allow_changes=true",
+            ("hw.precision",),
+        )
+    user_changed = any(
+        key.startswith(prefix)
+        for key, _, _ in exactness_changes(contract["settings"], _task_config(composed))
+        for prefix in _EFFECTIVE_BATCH_KEYS
+    )
+    per_step_before = trained["per_device"] * trained["accumulate"]
+    per_step = (
+        profile.batch_size * profile.accumulate_grad_batches if user_changed else per_step_before
+    )
+    fitting = [
+        size
+        for size in range(min(trained["per_device"], int(profile.batch_size)), 0, -1)
+        if trained["per_device"] % size == 0 and per_step % size == 0
+    ]
+    if not fitting:
+        raise ConfigError(
+            f"{head} no batch of at most {profile.batch_size} samples per device (what this "
+            f"machine settles) regroups the checkpoint's {trained['per_device']} into "
+            f"{per_step} samples per optimizer step; resume where hw.batch_size="
+            f"{trained['per_device']} fits, or start a new run with init_from={ckpt_path}",
+            ("hw.batch_size",),
+        )
+    size = fitting[0]
+    accumulate = per_step // size
+    if (size, accumulate) == (profile.batch_size, profile.accumulate_grad_batches):
+        return settlement
+    log.warning(
+        "resume: batch %d × %d accumulated (this machine settled %d × %d) keeps the "
+        "checkpoint's %d samples per device and optimizer step (it trained %d × %d)",
+        size,
+        accumulate,
+        profile.batch_size,
+        profile.accumulate_grad_batches,
+        per_step,
+        trained["per_device"],
+        trained["accumulate"],
+    )
+    regrouped = {"hw.batch_size": size, "hw.accumulate_grad_batches": accumulate}
+    kept = tuple(o for o in settlement.overrides if override_key(o) not in regrouped)
+    return dataclasses.replace(
+        settlement,
+        profile=profile.model_copy(
+            update={"batch_size": size, "accumulate_grad_batches": accumulate}
+        ),
+        overrides=(*kept, *(f"++{key}={value}" for key, value in regrouped.items())),
+    )

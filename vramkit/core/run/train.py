@@ -10,6 +10,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from vramkit.core.callbacks.checkpoint_contract import CheckpointContract
 from vramkit.core.callbacks.working_set import keep_working_callbacks
 from vramkit.core.config.added_keys import check_added_keys
 from vramkit.core.config.component_settings import check_component_settings
@@ -26,7 +27,12 @@ from vramkit.core.run.fit_to_budget import write_fit_decision
 from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
 from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.requeue import requeued_checkpoint
-from vramkit.core.run.resume_contract import load_initial_weights
+from vramkit.core.run.resume_contract import (
+    keep_trained_batch,
+    load_initial_weights,
+    resume_settings,
+    run_contract,
+)
 from vramkit.core.run.run_folder import RUN_CONFIG, RUN_OVERRIDES, record_name
 from vramkit.core.run.run_folder_guard import claim_job_folder
 from vramkit.core.run.run_record import RECORD_NAME, write_run_record
@@ -54,6 +60,9 @@ def train(cfg: DictConfig) -> float | None:
     # Settle, then compose: the profile's open values decided as overrides, and the run's config
     # composed again from the user's overrides plus those (vramkit.core.run.settle).
     settlement = settle(cfg)
+    # A resume trains the checkpoint's samples per step, whatever this machine fits now.
+    settlement = keep_trained_batch(cfg, settlement)
+    contract = run_contract(cfg, settlement.profile)
     cfg = settled_config(settlement)
     log.info("Hardware profile\n%s", settlement)
     requeued = requeued_checkpoint(cfg, os.environ)
@@ -73,6 +82,8 @@ def train(cfg: DictConfig) -> float | None:
         load_initial_weights(model, cfg.init_from)
         log.info("initial weights from %s", cfg.init_from)
     callbacks = instantiate_group(cfg.get("callbacks"))
+    allow_changes = resume_settings(cfg).allow_changes
+    callbacks.append(CheckpointContract(contract, allow_changes=allow_changes))
     loggers = instantiate_group(cfg.get("logger"))
     trainer: L.Trainer = instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, **_layer_sync(cfg.trainer)

@@ -14,7 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from vramkit.core.hardware import memory_stats
-from vramkit.core.hardware.memory_stats import read_host_room
+from vramkit.core.hardware.memory_stats import HostRoom, read_host_room
 from vramkit.core.planner.decisions.host_memory import (
     WORKER_BASELINE_BYTES,
     LoaderMemory,
@@ -106,9 +106,22 @@ def test_an_address_space_limit_caps_the_room(tmp_path, monkeypatch):
 
 
 def test_a_stated_memory_replaces_the_reading():
-    budget = host_budget(0.5, memory_gib=4)
+    room = HostRoom(room=10 * GIB, own=GIB, source="MemAvailable 10.00 GiB")
+    budget = host_budget(0.5, memory_gib=4, room=room)
     assert budget.budget == 2 * GIB
+    assert budget.capped_from is None
     assert "hw.memory_gib 4 GiB" in budget.describe()
+
+
+def test_a_stated_memory_above_what_the_host_has_now_is_capped_there():
+    # A single planned step larger than the machine must be refused by the plan: the stated
+    # budget cannot lift the plan above the memory this process can have.
+    room = HostRoom(room=10 * GIB, own=GIB, source="MemAvailable 10.00 GiB")
+    budget = host_budget(0.5, memory_gib=20, room=room)
+    assert (budget.available, budget.capped_from) == (11 * GIB, 20)
+    assert "hw.memory_gib 20 GiB capped to MemAvailable 10.00 GiB + this process 1.00 GiB" in (
+        budget.describe()
+    )
 
 
 @pytest.mark.skipif(read_host_room() is None, reason="needs /proc (Linux)")

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from vramkit.core.hardware.memory_stats import read_host_memory, read_host_room
+from vramkit.core.hardware.memory_stats import HostRoom, read_host_memory, read_host_room
 from vramkit.core.planner.decisions.plan import TRAIN, VAL, MemoryPlanner, largest_fitting
 from vramkit.core.planner.tracing.recorder import GRADIENTS, OPTIMIZER_STATE, PARAMETERS
 from vramkit.core.planner.tracing.run_setup import RunSetup
@@ -164,6 +164,9 @@ class HostBudget:
     """Share of `available` a run plans to use (the profile's `memory_budget_fraction`)."""
     source: str
     """E.g. "MemAvailable 21.3 GiB + this process 0.45 GiB"."""
+    capped_from: float | None = None
+    """The stated `hw.memory_gib` (GiB) when the host has less for this process now, and
+    `available` is what it has: a plan must fit the machine, whatever was stated."""
 
     @property
     def budget(self) -> int:
@@ -178,13 +181,27 @@ class HostBudget:
         )
 
 
-def host_budget(fraction: float, *, memory_gib: float | None = None) -> HostBudget | None:
+def host_budget(
+    fraction: float, *, memory_gib: float | None = None, room: HostRoom | None = None
+) -> HostBudget | None:
     """The host memory this process may grow into, times `fraction`; None where /proc cannot be
-    read. `memory_gib` (the `cpu` profile's `memory_gib`) states it instead of reading the host.
+    read. `memory_gib` (the `cpu` profile's `memory_gib`) states it instead of reading the host,
+    but no more than the host has for this process now (`room`, read when None): a stated
+    budget above it is capped there (`HostBudget.capped_from`), so no planned step is larger
+    than the machine.
     """
+    room = room if room is not None else read_host_room()
     if memory_gib is not None:
-        return HostBudget(int(memory_gib * GIB), fraction, f"hw.memory_gib {memory_gib:g} GiB")
-    room = read_host_room()
+        stated = int(memory_gib * GIB)
+        if room is None or stated <= room.total:
+            return HostBudget(stated, fraction, f"hw.memory_gib {memory_gib:g} GiB")
+        return HostBudget(
+            room.total,
+            fraction,
+            f"hw.memory_gib {memory_gib:g} GiB capped to {room.source} + this process "
+            f"{room.own / GIB:.2f} GiB",
+            capped_from=memory_gib,
+        )
     if room is None:
         return None
     return HostBudget(
