@@ -20,10 +20,11 @@ every checkpoint by `vramkit.core.callbacks.checkpoint_contract.CheckpointContra
 checkpoint copied without its run folder is checked too; a checkpoint written before contracts
 existed is compared with the newest config its run folder recorded, read as data (a run folder's
 files are never resolved: an edited ``task_name: ${run_folder:/any/path}`` must create nothing).
-Both are unresolved, as composed: ``${hw.batch_size}`` compares equal to itself. What the
-profile settles is compared after settling (`keep_trained_batch`, called by ``train()``): the samples per optimizer step
-(per-device batch × accumulation × processes) are kept (batch 4 → batch 1 × 4 accumulated when
-this machine fits less), and a change of processes or precision is refused in one line.
+Both are unresolved, as composed: ``${hw.batch_size}`` compares equal to itself. What the profile
+settles is compared after settling (`keep_trained_batch`, called by ``train()``): the samples per
+optimizer step (per-device batch × accumulation × processes) are kept (batch 4 → batch 1 × 4
+accumulated when this machine fits less), and a change of processes or precision is refused in one
+line.
 
 ``resume.allow_changes=true`` applies every change it lists, prints each and records them as
 ``resume.changes``: the model, data and clipping by building from the new config, the optimizer's
