@@ -67,3 +67,38 @@ def quantize_linears(
         setattr(parent, name, layer.to(child.weight.device))  # bitsandbytes quantizes on .to()
         replaced += 1
     return replaced
+
+
+def restore_4bit_weights(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> int:
+    """Make `state_dict` (of `model`, e.g. a checkpoint's) loadable into `model`'s 4-bit layers;
+    return how many layers it restored.
+
+    bitsandbytes saves a ``Linear4bit``'s quantization state beside its packed weight
+    (``<layer>.weight.absmax``, ``.quant_map``, ``.nested_*``, ``.quant_state.bitsandbytes__nf4``;
+    ``Linear4bit._save_to_state_dict``) but ``load_state_dict`` does not read it back: those keys
+    are unexpected. As transformers' loader does, each layer's weight is rebuilt from them with
+    ``Params4bit.from_prequantized`` and the keys are taken out of `state_dict`; the packed weight
+    stays, so a strict load then copies it into the rebuilt one.
+    """
+    bnb = import_optional("bitsandbytes", extra="bnb", purpose="a 4-bit checkpoint")
+    restored = 0
+    for name, module in model.named_modules():
+        if not isinstance(module, bnb.nn.Linear4bit):
+            continue
+        key = f"{name}.weight"
+        stats = {
+            saved[len(key) + 1 :]: state_dict.pop(saved)
+            for saved in list(state_dict)
+            if saved.startswith(f"{key}.")
+        }
+        if not stats or key not in state_dict:
+            continue
+        module.weight = bnb.nn.Params4bit.from_prequantized(
+            data=state_dict[key],
+            quantized_stats=stats,
+            requires_grad=False,
+            device=module.weight.device,
+            module=module,
+        )
+        restored += 1
+    return restored

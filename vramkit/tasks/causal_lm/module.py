@@ -9,6 +9,7 @@ import torch
 
 from vramkit.core.oom.resilient_module import OOMResilientModule
 from vramkit.core.optim.scheduled_module import OptimizerFactory, ScheduledOptimization
+from vramkit.core.quantization.bnb_layers import restore_4bit_weights
 from vramkit.tasks.causal_lm.finetune import (
     apply_finetune,
     check_method,
@@ -76,6 +77,7 @@ class CausalLMModule(ScheduledOptimization, OOMResilientModule):
         if gradient_checkpointing:
             _enable_checkpointing(model)
         self.model = apply_finetune(model, method, lora_config, qlora_config)
+        self.quantized = method == "qlora"
         self.init_optimization(optimizer, lr_schedule, compile=compile, network="model")
 
     def setup(self, stage: str) -> None:
@@ -87,6 +89,11 @@ class CausalLMModule(ScheduledOptimization, OOMResilientModule):
                 f"the tokenizer produces {vocab_size} token ids but the model's embedding has "
                 f"{embedding_rows} rows (model.config_overrides.vocab_size)"
             )
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A QLoRA checkpoint's 4-bit layers come back with their quantization state."""
+        if self.quantized:
+            restore_4bit_weights(self, checkpoint["state_dict"])
 
     def configure_optimizers(self) -> dict[str, Any]:
         """The optimizer over the trainable parameters (the adapters under LoRA) and its
