@@ -20,10 +20,7 @@ from pathlib import Path
 
 from vramkit.tasks.causal_lm.word_tokenizer import save_word_tokenizer
 
-NUMBERS = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty"
-).split()
+NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
 OPPOSITES = {
     "hot": "cold",
     "big": "small",
@@ -87,8 +84,7 @@ def vocabulary() -> tuple[str, ...]:
     words = set(NUMBERS) | set(OPPOSITES) | set(OPPOSITES.values())
     words |= set(COLOURS) | set(COLOURS.values())
     words |= set(
-        "what is plus ? comes after the opposite of colour bigger than smaller yes no , . say "
-        "times".split()
+        ["what", "is", "plus", "?", "comes", "after", "the", "opposite", "of", "colour", "bigger", "than", "smaller", "yes", "no", ",", ".", "say", "times"]
     )
     return tuple(sorted(words))
 
