@@ -20,7 +20,29 @@ from pathlib import Path
 
 from vramkit.tasks.causal_lm.word_tokenizer import save_word_tokenizer
 
-NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
+NUMBERS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+]
 OPPOSITES = {
     "hot": "cold",
     "big": "small",
@@ -84,7 +106,27 @@ def vocabulary() -> tuple[str, ...]:
     words = set(NUMBERS) | set(OPPOSITES) | set(OPPOSITES.values())
     words |= set(COLOURS) | set(COLOURS.values())
     words |= set(
-        ["what", "is", "plus", "?", "comes", "after", "the", "opposite", "of", "colour", "bigger", "than", "smaller", "yes", "no", ",", ".", "say", "times"]
+        [
+            "what",
+            "is",
+            "plus",
+            "?",
+            "comes",
+            "after",
+            "the",
+            "opposite",
+            "of",
+            "colour",
+            "bigger",
+            "than",
+            "smaller",
+            "yes",
+            "no",
+            ",",
+            ".",
+            "say",
+            "times",
+        ]
     )
     return tuple(sorted(words))
 
