@@ -39,7 +39,7 @@ class CausalLMDataSettings(LoaderSettings):
     """A local folder AutoTokenizer loads (nothing is downloaded)."""
     prompt_format: str = "{prompt}"
     """How a prompt is written before its response; {prompt} is replaced by it."""
-    seq_len: int = Field(64, ge=2)
+    seq_len: int = Field(32, ge=2)
     """Tokens per sample: longer examples are cut, shorter ones padded (or packed)."""
     packing: bool = False
     """Join the examples into one stream cut into seq_len windows, instead of padding each."""
