@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -33,11 +34,22 @@ class UsageError(ValueError):
     """A mistake on the command line: one line, exit 2."""
 
 
+def _current_folder_on_path() -> None:
+    """Put the current folder first on ``sys.path``, as ``python -m`` does: ``vramkit plan
+    --model my_pkg.mod:MyModule`` run in the folder holding ``my_pkg/`` imports it (an installed
+    console script's ``sys.path`` starts with the script's folder instead)."""
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def import_object(spec: str, option: str) -> Any:
-    """The object ``package.module:Name`` names; a `UsageError` naming the closest name."""
+    """The object ``package.module:Name`` names, importable from the current folder too; a
+    `UsageError` naming the closest name."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise UsageError(f"{option} {spec}: give it as package.module:Name")
+    _current_folder_on_path()
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
@@ -124,6 +136,7 @@ def _check_hf_name(name: str) -> None:
     from vramkit.tasks.hf_models.configs import NAMED_CONFIGS, resolve_name, transformers_module
 
     try:
+        transformers_module()  # a listed name resolves without it; the plan would not
         resolve_name(name)
     except ImportError as error:
         raise UsageError(f"--hf {name}: {error}") from None
