@@ -13,8 +13,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """``vramkit.plan`` and ``vramkit.plan_hf`` (`vramkit.api`), imported on first use: ``import vramkit`` stays
-    cheap, and every entry point imports vramkit before anything else."""
+    """``vramkit.plan`` and ``vramkit.plan_hf`` (`vramkit.api`), imported on first use:
+    ``import vramkit`` stays cheap, and every entry point imports vramkit before anything else."""
     if name in ("plan", "plan_hf"):
         from vramkit import api
 
