@@ -253,7 +253,10 @@ def plan_command(argv: Sequence[str]) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from vramkit.core.planner import PlanningError
+    from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
 
+    # Other libraries' notes (bitsandbytes' optional CPU kernel, ...) off, as plan_memory.py.
+    hide_library_chatter(output_settings(None, config_file="conf/train.yaml"))
     try:
         if args.verify:
             from vramkit.core.planner.decisions.verify import require_gpu
