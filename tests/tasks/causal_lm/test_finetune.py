@@ -113,3 +113,19 @@ def test_the_loss_weight_of_a_micro_batch_is_its_count_of_labelled_next_tokens()
     module = _module(finetune="lora")
     batch = _batch()
     assert int(module.micro_batch_weight(batch)) == 2 * (12 - 5)
+
+
+def test_gradient_checkpointing_recomputes_the_blocks_and_keeps_the_adapters_gradients():
+    reference = _module(finetune="lora", lora={"r": 4, "dropout": 0.0})
+    checkpointed = _module(
+        finetune="lora", lora={"r": 4, "dropout": 0.0}, gradient_checkpointing=True
+    )
+    checkpointed.load_state_dict(reference.state_dict())
+    batch = _batch()
+    for module in (reference, checkpointed):
+        module.train()
+        module(batch).backward()
+    assert checkpointed.model.base_model.model.model.gradient_checkpointing
+    for (name, p), q in zip(reference.named_parameters(), checkpointed.parameters(), strict=True):
+        if p.requires_grad:
+            torch.testing.assert_close(q.grad, p.grad, msg=name)
