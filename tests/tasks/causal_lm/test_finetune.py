@@ -129,3 +129,28 @@ def test_gradient_checkpointing_recomputes_the_blocks_and_keeps_the_adapters_gra
     for (name, p), q in zip(reference.named_parameters(), checkpointed.parameters(), strict=True):
         if p.requires_grad:
             torch.testing.assert_close(q.grad, p.grad, msg=name)
+
+
+def test_gpt2_conv1d_layers_become_equal_linear_layers_that_lora_and_qlora_see():
+    import transformers
+
+    from vramkit.tasks.causal_lm.finetune import conv1d_as_linear
+
+    tiny_gpt2 = {"n_embd": 32, "n_layer": 2, "n_head": 2, "vocab_size": 64, "n_positions": 32}
+    config = transformers.GPT2Config(**tiny_gpt2)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 64, (2, 8))
+    before = model(input_ids=ids).logits
+    assert conv1d_as_linear(model) == 4 * tiny_gpt2["n_layer"]  # c_attn, c_proj, c_fc, mlp c_proj
+    torch.testing.assert_close(model(input_ids=ids).logits, before)
+
+    module = CausalLMModule(
+        optimizer=partial(torch.optim.AdamW, lr=1e-3),
+        config="gpt2",
+        config_overrides=tiny_gpt2,
+        finetune="lora",
+        lora={"target_modules": ["c_attn"]},
+    )
+    adapted = {n.split(".")[-4] for n, p in module.named_parameters() if p.requires_grad}
+    assert adapted == {"c_attn"}

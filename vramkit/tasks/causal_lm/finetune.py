@@ -113,6 +113,39 @@ def base_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
     ]
 
 
+def conv1d_as_linear(model: nn.Module) -> int:
+    """Replace transformers' ``Conv1D`` layers (GPT-2's: y = x·W + b, W stored in × out) by the
+    equal ``nn.Linear`` (W transposed); return how many.
+
+    LoRA target names and 4-bit storage then see them as the Linear layers they are, as
+    transformers' bitsandbytes integration treats them (``integrations/bitsandbytes.py``,
+    ``replace_with_bnb_linear``: a ``Conv1D`` becomes a ``Linear4bit`` of the transposed shape).
+    """
+    conv1d = import_optional("transformers", extra="nlp", purpose="task=causal_lm").Conv1D
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, conv1d):
+                continue
+            in_features, out_features = child.weight.shape
+            weight = child.weight
+            linear = nn.Linear(
+                in_features,
+                out_features,
+                bias=child.bias is not None,
+                device=weight.device,
+                dtype=weight.dtype,
+            )
+            if not weight.is_meta:  # the planner's meta build has no values to copy
+                with torch.no_grad():
+                    linear.weight.copy_(weight.t())
+                    if child.bias is not None:
+                        linear.bias.copy_(child.bias)
+            setattr(parent, name, linear)
+            replaced += 1
+    return replaced
+
+
 def check_target_modules(model: nn.Module, settings: LoraSettings) -> None:
     """Refuse a target module name no Linear layer of the base model has, naming the closest."""
     if settings.target_modules == ALL_LINEAR:
@@ -159,10 +192,12 @@ def apply_finetune(
     model: nn.Module, method: str, lora: LoraSettings, qlora: QLoraSettings
 ) -> nn.Module:
     """`model` ready for `method`: unchanged for ``full``; frozen with LoRA adapters (peft) for
-    ``lora``; for ``qlora`` its base Linear layers stored in 4 bits first."""
+    ``lora``; for ``qlora`` its base Linear layers stored in 4 bits first. Under both, GPT-2's
+    ``Conv1D`` layers become the equal Linear layers first (`conv1d_as_linear`)."""
     if check_method(method) == "full":
         return model
     peft = import_optional("peft", extra="nlp", purpose=f"model.finetune={method}")
+    conv1d_as_linear(model)
     check_target_modules(model, lora)
     if method == "qlora":
         quantize_base(model, qlora)
