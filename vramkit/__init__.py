@@ -13,10 +13,10 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """``vramkit.plan`` (`vramkit.api.plan`), imported on first use: ``import vramkit`` stays
-    cheap, and every entry point imports vramkit before anything else."""
-    if name == "plan":
-        from vramkit.api import plan
+    """``vramkit.plan`` and ``vramkit.plan_hf`` (`vramkit.api`), imported on first use:
+    ``import vramkit`` stays cheap, and every entry point imports vramkit before anything else."""
+    if name in ("plan", "plan_hf"):
+        from vramkit import api
 
-        return plan
+        return getattr(api, name)
     raise AttributeError(f"module 'vramkit' has no attribute {name!r}")

@@ -9,6 +9,12 @@ steps, a validation step inside fit and an inference step on its own (``plan.inf
 mode, no training state) under the profile's CUDA rules; "auto" batch sizes (every GPU
 profile's default) are searched: the largest that fit the profile's budget. ``plan.to_json()``
 is what ``vramkit plan --json`` prints for the same module and data.
+
+A Hugging Face model is planned from its config alone, with the fine-tuning options of
+``vramkit plan --hf``:
+
+    plan = vramkit.plan_hf("meta-llama/Llama-3.1-8B", hw="rtx4090_laptop", finetune="qlora",
+                           lora_r=16, seq_len=2048, gradient_checkpointing=True)
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from vramkit.core.planner import MemoryPlan, PhasePlan, plan_json, plan_table, p
 from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
 from vramkit.core.run.resolvers import CONF_DIR
 from vramkit.core.units import GIB
+from vramkit.finetune_options import FinetuneOptions
 
 ModuleSource = L.LightningModule | Callable[[], L.LightningModule]
 """A LightningModule instance, or a class / function that builds one with no arguments."""
@@ -240,4 +247,124 @@ def plan(
         with_remedies=remedies,
         samples=_samples(data),
     )
+    return Plan.of(memory_plan)
+
+
+HF_TASKS = {  # task: the model config of conf/model and the data config it pairs with
+    "causal_lm": ("hf_causal_lm", "hf_random_tokens"),
+    "masked_lm": ("hf_masked_lm", "hf_random_tokens"),
+    "seq_cls": ("hf_seq_cls", "hf_random_tokens"),
+    "image_cls": ("hf_image_cls", "hf_random_images"),
+}
+"""The tasks of a Hugging Face plan without fine-tuning options (``task=hf_models``)."""
+
+
+def hf_overrides(
+    name: str,
+    *,
+    hw: str,
+    task: str = "causal_lm",
+    seq_len: int | None = None,
+    finetune: FinetuneOptions | None = None,
+) -> list[str]:
+    """The ``train.py`` overrides that plan the Hugging Face config `name` on profile `hw`.
+
+    With `finetune` (a causal LM only) the run is ``task=causal_lm``, the fine-tuning workload
+    (full, LoRA or QLoRA), on random tokens of `seq_len`; without, ``task=hf_models`` trains
+    every weight of the ``task`` model. A bad option is a `ValueError` naming it.
+    """
+    if task not in HF_TASKS:
+        near = closest(task, list(HF_TASKS))
+        raise ValueError(f"task {task!r} is not one of {', '.join(HF_TASKS)}; did you mean {near}?")
+    if seq_len is not None and task == "image_cls":
+        raise ValueError(
+            "--seq-len does not apply to --task image_cls: its samples are images of the model "
+            "config's image_size"
+        )
+    if seq_len is not None and seq_len < 2:
+        raise ValueError(f"--seq-len {seq_len}: a causal LM needs at least 2 tokens")
+    if finetune is not None and task != "causal_lm":
+        raise ValueError(
+            "the fine-tuning options (--full, --lora, --qlora, ...) plan a causal LM; "
+            f"--task {task} trains every weight"
+        )
+    overrides = [f"+hw={hw}"]
+    if finetune is None:
+        model, data = HF_TASKS[task]
+        overrides += ["task=hf_models", f"model={model}", f"data={data}"]
+    else:
+        overrides += ["task=causal_lm", "model=causal_lm", "data=hf_random_tokens"]
+        overrides += finetune.check().overrides()
+    overrides.append(f"model.config={name}")
+    if seq_len is not None:
+        overrides.append(f"data.seq_len={seq_len}")
+    return overrides
+
+
+def plan_hf(
+    name: str,
+    *,
+    hw: str = "t4",
+    task: str = "causal_lm",
+    seq_len: int | None = None,
+    finetune: str | None = None,
+    lora_r: int | None = None,
+    lora_alpha: float | None = None,
+    lora_targets: list[str] | str | None = None,
+    quant_type: str | None = None,
+    double_quant: bool | None = None,
+    compute_dtype: str | None = None,
+    gradient_checkpointing: bool = False,
+    optimizer: str | None = None,
+    precision: str | None = None,
+    batch_size: int | None = None,
+    val_batch_size: int | None = None,
+    remedies: bool = True,
+) -> Plan:
+    """Plan the Hugging Face model `name` (a shipped checkpoint name such as
+    ``meta-llama/Llama-3.1-8B``, a ``config.json`` path or a model type) on profile `hw`, from
+    its config alone (nothing downloaded), as ``vramkit plan --hf`` does.
+
+    `finetune` (``full``, ``lora``, ``qlora``) plans the ``task=causal_lm`` fine-tune with the
+    LoRA options (`lora_r`, `lora_alpha`, `lora_targets`: names or ``"all-linear"``) and the
+    QLoRA ones (`quant_type` nf4/fp4, `double_quant`, `compute_dtype`); `seq_len` is tokens per
+    sample; `optimizer` is one of ``adamw``, ``adamw_fused``, ``adamw_8bit``,
+    ``paged_adamw_8bit``, ``adafactor``; `precision` replaces the profile's (``bf16-true``, ...).
+    Batch sizes default to the profile's ("auto": the largest that fits). A bad value is a
+    `ValueError` naming the option and the closest valid value.
+    """
+    from vramkit.core.run.compose import compose_config, forget_composition
+    from vramkit.core.run.resolve_hardware import requested_profile
+
+    options = None
+    lora_options = (lora_r, lora_alpha, lora_targets, quant_type, double_quant, compute_dtype)
+    if finetune is not None or any(value is not None for value in lora_options):
+        targets = [lora_targets] if isinstance(lora_targets, str) else lora_targets
+        options = FinetuneOptions(
+            method=finetune or ("qlora" if quant_type or compute_dtype else "lora"),
+            lora_r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_targets=None if targets is None else tuple(targets),
+            quant_type=quant_type,
+            double_quant=double_quant,
+            compute_dtype=compute_dtype,
+        )
+    common = FinetuneOptions(
+        gradient_checkpointing=gradient_checkpointing, optimizer=optimizer, precision=precision
+    ).check()
+    load_profile(hw)  # an unknown profile is refused before the model is built
+    overrides = hf_overrides(name, hw=hw, task=task, seq_len=seq_len, finetune=options)
+    overrides += common.common_overrides()
+    try:
+        cfg = compose_config("train", overrides)
+        profile = requested_profile(cfg, conf_dir=CONF_DIR, echo=False).profile
+        memory_plan = plan_task(
+            cfg,
+            profile,
+            train_batch_size=batch_size,
+            val_batch_size=val_batch_size,
+            with_remedies=remedies,
+        )
+    finally:
+        forget_composition()  # a later composition must not see this plan's Hydra settings
     return Plan.of(memory_plan)

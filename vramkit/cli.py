@@ -2,6 +2,8 @@
 
     vramkit plan --hw t4 --model my_pkg.mod:MyModule --data my_pkg.mod:MyData [--json] [--verify]
     vramkit plan --hw t4 --hf gpt2 --task causal_lm --seq-len 1024
+    vramkit plan --hw rtx4090_laptop --hf meta-llama/Llama-3.1-8B --qlora --lora-r 16 \
+        --seq-len 2048 --grad-ckpt [--optimizer paged_adamw_8bit] [--precision bf16-true]
     vramkit train +hw=t4 [Hydra overrides]      (as python train.py)
     vramkit eval ckpt_path=... [Hydra overrides] (as python eval.py)
     vramkit report <run folder> | vramkit compare <run> <run>
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -26,12 +29,7 @@ from typing import Any
 
 from vramkit.core.config.source import closest
 
-HF_TASKS = {  # --task: the model config of conf/model and the data config it pairs with
-    "causal_lm": ("hf_causal_lm", "hf_random_tokens"),
-    "masked_lm": ("hf_masked_lm", "hf_random_tokens"),
-    "seq_cls": ("hf_seq_cls", "hf_random_tokens"),
-    "image_cls": ("hf_image_cls", "hf_random_images"),
-}
+HF_TASKS = ("causal_lm", "masked_lm", "seq_cls", "image_cls")  # --task (vramkit.api.HF_TASKS)
 VERIFY_FILE = "vramkit_verify.json"  # --verify's default output, in the current folder
 
 
@@ -39,11 +37,22 @@ class UsageError(ValueError):
     """A mistake on the command line: one line, exit 2."""
 
 
+def _current_folder_on_path() -> None:
+    """Put the current folder first on ``sys.path``, as ``python -m`` does: ``vramkit plan
+    --model my_pkg.mod:MyModule`` run in the folder holding ``my_pkg/`` imports it (an installed
+    console script's ``sys.path`` starts with the script's folder instead)."""
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def import_object(spec: str, option: str) -> Any:
-    """The object ``package.module:Name`` names; a `UsageError` naming the closest name."""
+    """The object ``package.module:Name`` names, importable from the current folder too; a
+    `UsageError` naming the closest name."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise UsageError(f"{option} {spec}: give it as package.module:Name")
+    _current_folder_on_path()
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
@@ -65,6 +74,30 @@ def _plan_parser() -> argparse.ArgumentParser:
     parser.add_argument("--hf", help="a Hugging Face config name (gpt2, bert-base-uncased, ...)")
     parser.add_argument("--task", choices=sorted(HF_TASKS), default="causal_lm", help="with --hf")
     parser.add_argument("--seq-len", type=int, help="with --hf: tokens per sample")
+    method = parser.add_mutually_exclusive_group()
+    for name, what in (
+        ("full", "fine-tune every weight"),
+        ("lora", "LoRA adapters on the frozen model"),
+        ("qlora", "LoRA adapters on a 4-bit model"),
+    ):
+        method.add_argument(
+            f"--{name}", dest="finetune", action="store_const", const=name, help=what
+        )
+    parser.add_argument("--lora-r", type=int, help="LoRA rank (default 16)")
+    parser.add_argument("--lora-alpha", type=float, help="LoRA alpha (default 32)")
+    parser.add_argument(
+        "--lora-targets", help="Linear layers with adapters: q_proj,v_proj or all-linear"
+    )
+    parser.add_argument("--quant-type", help="QLoRA 4-bit type: nf4 (default) or fp4")
+    parser.add_argument(
+        "--no-double-quant", action="store_true", help="QLoRA without double quantization"
+    )
+    parser.add_argument("--compute-dtype", help="QLoRA compute dtype: bfloat16, float16, float32")
+    parser.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing")
+    parser.add_argument(
+        "--optimizer", help="adamw, adamw_fused, adamw_8bit, paged_adamw_8bit or adafactor"
+    )
+    parser.add_argument("--precision", help="replaces the profile's: bf16-true, 16-mixed, ...")
     parser.add_argument("--batch-size", type=int, help="plan this training batch (else auto)")
     parser.add_argument("--val-batch-size", type=int, help="plan this validation batch")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -106,6 +139,7 @@ def _check_hf_name(name: str) -> None:
     from vramkit.tasks.hf_models.configs import NAMED_CONFIGS, resolve_name, transformers_module
 
     try:
+        transformers_module()  # a listed name resolves without it; the plan would not
         resolve_name(name)
     except ImportError as error:
         raise UsageError(f"--hf {name}: {error}") from None
@@ -119,26 +153,53 @@ def _check_hf_name(name: str) -> None:
         ) from None
 
 
+def _finetune_options(args: argparse.Namespace):
+    """The fine-tuning options of the command line (None without any), and the options every
+    Hugging Face plan takes; a bad value is a `UsageError` naming the flag."""
+    from vramkit.finetune_options import FinetuneOptionError, FinetuneOptions
+
+    specific = (args.lora_r, args.lora_alpha, args.lora_targets, args.quant_type)
+    quantized = args.quant_type is not None or args.no_double_quant or args.compute_dtype
+    try:
+        common = FinetuneOptions(
+            gradient_checkpointing=args.grad_ckpt,
+            optimizer=args.optimizer,
+            precision=args.precision,
+        ).check()
+        if args.finetune is None and not quantized and all(v is None for v in specific):
+            return None, common
+        targets = None if args.lora_targets is None else tuple(args.lora_targets.split(","))
+        options = FinetuneOptions(
+            method=args.finetune or ("qlora" if quantized else "lora"),
+            lora_r=args.lora_r,
+            lora_alpha=args.lora_alpha,
+            lora_targets=targets,
+            quant_type=args.quant_type,
+            double_quant=False if args.no_double_quant else None,
+            compute_dtype=args.compute_dtype,
+        ).check()
+    except FinetuneOptionError as error:
+        raise UsageError(str(error)) from None
+    return options, common
+
+
 def _hf_plan(args: argparse.Namespace):
-    from vramkit.api import Plan
+    from vramkit.api import Plan, hf_overrides
     from vramkit.core.config.instantiate import instantiate
     from vramkit.core.planner import plan_task
     from vramkit.core.planner.decisions.task_plan import planning_config
     from vramkit.core.run.compose import CONF_DIR, compose_config
     from vramkit.core.run.resolve_hardware import requested_profile
 
+    options, common = _finetune_options(args)
     _check_hf_name(args.hf)
-    if args.seq_len is not None and args.task == "image_cls":
-        raise UsageError(
-            "--seq-len does not apply to --task image_cls: its samples are images of the model "
-            "config's image_size"
+    try:
+        overrides = hf_overrides(
+            args.hf, hw=args.hw, task=args.task, seq_len=args.seq_len, finetune=options
         )
-    model, data = HF_TASKS[args.task]
-    overrides = [f"+hw={args.hw}", "task=hf_models", f"model={model}", f"data={data}"]
-    overrides.append(f"model.config={args.hf}")
-    if args.seq_len is not None:
-        overrides.append(f"data.seq_len={args.seq_len}")
-    cfg = compose_config("train", overrides)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    cfg = compose_config("train", overrides + common.common_overrides())
     profile = requested_profile(cfg, conf_dir=CONF_DIR, echo=False).profile
     memory_plan = plan_task(
         cfg,
@@ -195,7 +256,10 @@ def plan_command(argv: Sequence[str]) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from vramkit.core.planner import PlanningError
+    from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
 
+    # Other libraries' notes (bitsandbytes' optional CPU kernel, ...) off, as plan_memory.py.
+    hide_library_chatter(output_settings(None, config_file="conf/train.yaml"))
     try:
         if args.verify:
             from vramkit.core.planner.decisions.verify import require_gpu

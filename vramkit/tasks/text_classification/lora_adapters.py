@@ -24,6 +24,7 @@ from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import closest, source_of
 from vramkit.core.optional_dependency import import_optional
+from vramkit.core.quantization.bnb_layers import quantize_linears
 from vramkit.core.quantization.planned_linear import plan_quantized_linears
 
 # Heads of AutoModelForSequenceClassification models: trained in full, never quantized.
@@ -116,26 +117,7 @@ def quantize_base_linears(model: nn.Module, kind: str) -> int:
     The weights are quantized where they are (on the CPU here; a later move to CUDA moves the
     quantized data). Only for a model with real weights: the meta device has none to quantize.
     """
-    bnb = import_optional("bitsandbytes", extra="bnb", purpose="model.lora.quantize")
-    linears = base_linears(model)
-    for parent, name, child in linears:
-        has_bias = child.bias is not None
-        if kind == "4bit":
-            layer = bnb.nn.Linear4bit(
-                child.in_features,
-                child.out_features,
-                bias=has_bias,
-                compute_dtype=child.weight.dtype,
-                quant_type="nf4",
-            )
-        else:
-            # has_fp16_weights=False: int8 weights, for inference and frozen fine-tuning.
-            layer = bnb.nn.Linear8bitLt(
-                child.in_features, child.out_features, bias=has_bias, has_fp16_weights=False
-            )
-        layer.load_state_dict(child.state_dict())
-        setattr(parent, name, layer.to(child.weight.device))  # bitsandbytes quantizes on .to()
-    return len(linears)
+    return quantize_linears(base_linears(model), kind, purpose="model.lora.quantize")
 
 
 def add_lora(model: nn.Module, settings: LoraSettings) -> nn.Module:
