@@ -32,11 +32,13 @@ $(STAMP): pyproject.toml
 train: install  ## train the default job on the detected hardware (ARGS="+hw=t4 ..." to pass overrides)
 	$(PY) train.py $(ARGS)
 
+# --dist worksteal: an idle worker takes tests queued for the busy one, so the suite does not end
+# with one core waiting while the other runs the end-to-end tests collected last (tests/e2e).
 test: install  ## the whole test suite (about 7 minutes on 2 quiet cores, end-to-end runs included)
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist worksteal
 
 test-fast: install  ## the suite without the end-to-end runs
-	$(PY) -m pytest -q -n 2 -m "not slow"
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "not slow"
 
 bench: install  ## speed benchmarks; JSON results in benchmarks/results/ (under 10 minutes on 2 cores)
 	$(PY) -m benchmarks.run_all
