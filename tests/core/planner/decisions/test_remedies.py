@@ -50,7 +50,8 @@ def test_a_plan_over_budget_offers_remedies_that_were_traced(over_budget_plan):
     checkpointed = by_name["gradient checkpointing"].train.allocated["activations"]
     assert checkpointed < plan.train.allocated["activations"]
     eight_bit = by_name["8-bit AdamW"].train.allocated["optimizer_state"]
-    assert eight_bit < plan.train.allocated["optimizer_state"] / 3
+    qmaps = 2 * 256 * 4  # the 8-bit optimizer's two quantization maps, once per device
+    assert eight_bit - qmaps < plan.train.allocated["optimizer_state"] / 3
     assert "trainer=deepspeed_zero2_offload" in by_name["DeepSpeed ZeRO-2, CPU offload"].how
 
 

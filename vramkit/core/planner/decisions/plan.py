@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vramkit.core.planner.cuda.cuda_rules import TRUE_PRECISIONS
-from vramkit.core.planner.cuda.optimizer_layouts import ZERO2, ZERO2_OFFLOAD
+from vramkit.core.planner.cuda.optimizer_layouts import BITSANDBYTES_LAYOUTS, ZERO2, ZERO2_OFFLOAD
 from vramkit.core.planner.shortcuts.output_memo import OutputMemo
 from vramkit.core.planner.tracing.batches import PhaseSamples, cast_floating, grow_batch
 from vramkit.core.planner.tracing.fake_trace import (
@@ -48,6 +48,8 @@ from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.planner.tracing.sharding import ZERO2_OFFLOAD as OFFLOADED_ZERO2
 from vramkit.core.planner.tracing.sharding import model_states, shard_allocated, traced_precision
 from vramkit.core.planner.tracing.subject import build_module, build_optimizer, with_model_overrides
+from vramkit.core.quantization.bitsandbytes_rules import PlannedBitsandbytes, planned_bitsandbytes
+from vramkit.core.quantization.planned_linear import PlannedQuantizedLinear
 from vramkit.core.units import GIB
 
 TRAIN = "train"
@@ -90,6 +92,12 @@ class PhasePlan:
     (`MemoryPlanner.training_floor`)."""
     cuda_context: int = 0
     """The CUDA context within `overhead` (bytes; 0 without a target device)."""
+    paged_optimizer_state: int = 0
+    """A paged bitsandbytes optimizer's moments in CUDA unified memory (bytes): host memory,
+    outside `allocated` and `torch.cuda.max_memory_allocated` (`PagedAdamWLayout`)."""
+    bitsandbytes: PlannedBitsandbytes | None = None
+    """The bitsandbytes release whose rules the trace applied, when it planned quantized layers
+    or a bitsandbytes optimizer; None otherwise."""
 
     @property
     def allocated_peak(self) -> int:
@@ -302,10 +310,15 @@ class MemoryPlanner:
                 trace = trace_validation(
                     module, optimizer, batch, recorder, semantics, attention=attention
                 )
+            paged = getattr(optimizer, "paged_bytes", 0)
             del optimizer, batch
             module.zero_grad(set_to_none=True)
         self.traces += 1
-        plan = self._phase_plan(phase, batch_size, setup, trace)
+        plan = dataclasses.replace(
+            self._phase_plan(phase, batch_size, setup, trace),
+            paged_optimizer_state=paged,
+            bitsandbytes=self._bitsandbytes(module, setup),
+        )
         if setup.sharding.sharded and setup.optimizer not in (ZERO2, ZERO2_OFFLOAD):
             # The trace is one process holding everything; the run's device holds its share.
             states = model_states(module, setup.sharding.wrap_classes)
@@ -325,6 +338,14 @@ class MemoryPlanner:
                 allocated_with_workspaces=sum(per_device(at_workspace).values()) + workspace,
             )
         return plan
+
+    def _bitsandbytes(self, module: Any, setup: RunSetup) -> PlannedBitsandbytes | None:
+        uses = (
+            self.eight_bit_configured
+            or setup.optimizer in BITSANDBYTES_LAYOUTS
+            or any(isinstance(m, PlannedQuantizedLinear) for m in module.modules())
+        )
+        return planned_bitsandbytes() if uses else None
 
     @staticmethod
     def _phase_plan(phase: str, batch_size: int, setup: RunSetup, trace: StepTrace) -> PhasePlan:

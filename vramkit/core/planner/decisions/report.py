@@ -149,6 +149,7 @@ def plan_json(plan: MemoryPlan) -> dict[str, Any]:
         "seconds": round(plan.seconds, 2),
         "traced_versions": traced_versions(),
         "untested_torch": untested_torch_warning(),
+        "bitsandbytes": bitsandbytes_lines(plan.train, plan.val),
     }
 
 
@@ -246,4 +247,25 @@ def plan_table(plan: MemoryPlan) -> str:
     untested = untested_torch_warning()
     if untested is not None:
         lines.append(untested)
+    lines.extend(bitsandbytes_lines(plan.train, plan.val))
     return "\n".join(lines)
+
+
+def bitsandbytes_lines(*phases: PhasePlan | None) -> list[str]:
+    """The plan's closing lines on bitsandbytes: which release's rules it applied (when any
+    phase planned quantized layers or a bitsandbytes optimizer), a warning outside the tested
+    range, and the paged optimizer state planned as host memory."""
+    applied = next((p.bitsandbytes for p in phases if p is not None and p.bitsandbytes), None)
+    if applied is None:
+        return []
+    lines = [applied.footer()]
+    paged = max((p.paged_optimizer_state for p in phases if p is not None), default=0)
+    if paged:
+        lines.append(
+            f"paged optimizer state: {paged / GIB:.2f} GiB in CUDA unified memory (host), "
+            "outside the device peaks above"
+        )
+    warning = applied.warning()
+    if warning is not None:
+        lines.append(warning)
+    return lines

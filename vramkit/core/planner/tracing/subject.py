@@ -26,9 +26,11 @@ from vramkit.core.planner.cuda.cuda_rules import parameter_dtype
 from vramkit.core.planner.cuda.optimizer_layouts import (
     ADAMW_8BIT,
     CONFIGURED,
+    PAGED_LAYOUTS,
     ZERO2,
     ZERO2_OFFLOAD,
     AdamW8bitLayout,
+    PagedAdamWLayout,
     ZeroStage2Layout,
     use_cuda_defaults,
 )
@@ -90,25 +92,35 @@ def _fake_like(tensor: torch.Tensor, dtype: torch.dtype, fake_mode: FakeTensorMo
         return torch.empty_strided(tensor.size(), tensor.stride(), dtype=target, device="cpu")
 
 
+KEEPS_OWN_DTYPES = "keeps_own_dtypes"
+"""The LightningModule with this attribute true keeps every floating tensor's dtype when made
+fake (a recipe's mixed dtypes: bf16 base weights and fp32 adapters, a k-bit model's fp32 norms);
+a submodule with it true keeps its buffers' dtypes (a quantized layer's fp32 state)."""
+
+
 def materialize_fake(module: nn.Module, dtype: torch.dtype, fake_mode: FakeTensorMode) -> None:
-    """Replace every parameter and buffer by a fake CPU tensor; floating ones take `dtype`.
+    """Replace every parameter and buffer by a fake CPU tensor; floating ones take `dtype`
+    unless `module` keeps its own dtypes, or, for buffers, their submodule (`KEEPS_OWN_DTYPES`).
 
     Shared (tied) parameters stay shared.
     """
     made: dict[int, torch.Tensor] = {}
+    keep_all = getattr(module, KEEPS_OWN_DTYPES, False)
     for sub in module.modules():
+        keep_buffers = keep_all or getattr(sub, KEEPS_OWN_DTYPES, False)
         for name, param in list(sub._parameters.items()):
             if param is None:
                 continue
             if id(param) not in made:
-                data = _fake_like(param, dtype, fake_mode)
+                data = _fake_like(param, param.dtype if keep_all else dtype, fake_mode)
                 made[id(param)] = nn.Parameter(data, requires_grad=param.requires_grad)
             sub._parameters[name] = made[id(param)]
         for name, buffer in list(sub._buffers.items()):
             if buffer is None:
                 continue
             if id(buffer) not in made:
-                made[id(buffer)] = _fake_like(buffer, dtype, fake_mode)
+                kept = buffer.dtype if keep_buffers else dtype
+                made[id(buffer)] = _fake_like(buffer, kept, fake_mode)
             sub._buffers[name] = made[id(buffer)]
 
 
@@ -194,12 +206,14 @@ def build_optimizer(
     if layout == CONFIGURED:
         use_cuda_defaults(optimizer)
         return optimizer
-    if layout == ADAMW_8BIT:
+    if layout == ADAMW_8BIT or layout in PAGED_LAYOUTS:
         if not _is_adam(optimizer):
             raise PlanningError(
-                f"8-bit AdamW replaces Adam/AdamW; the model's optimizer is "
+                f"bitsandbytes' {layout} replaces Adam/AdamW; the model's optimizer is "
                 f"{type(optimizer).__name__}"
             )
+        if layout in PAGED_LAYOUTS:
+            return PagedAdamWLayout.like_paged(optimizer, PAGED_LAYOUTS[layout])
         return AdamW8bitLayout.like(optimizer)
     if layout in (ZERO2, ZERO2_OFFLOAD):
         return ZeroStage2Layout(
