@@ -52,7 +52,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from vramkit.core.quantization.bitsandbytes_rules import keeps_4bit_input, planned_bitsandbytes
+from vramkit.core.quantization.bitsandbytes_rules import (
+    PlannedBitsandbytes,
+    keeps_4bit_input,
+    planned_bitsandbytes,
+)
 
 NF4_BLOCK = 64
 """Weights per absmax block of bitsandbytes' 4-bit quantization (`Linear4bit`'s default)."""
@@ -170,7 +174,8 @@ class PlannedQuantizedLinear(nn.Linear):
     fp32 quantization state keeps its dtype when the planner makes the model fake under a 16-bit
     precision (bitsandbytes' `QuantState` is no buffer: ``module.to(dtype)`` leaves it).
     ``dtype`` is the dtype the weight was quantized from (`QuantState.dtype`) and the bias's;
-    ``keeps_input`` is bitsandbytes' version rule (`bitsandbytes_rules.keeps_4bit_input`).
+    ``keeps_input`` is bitsandbytes' version rule (`bitsandbytes_rules.keeps_4bit_input`);
+    ``bitsandbytes`` the release whose rules built the layer (the plan names it).
     """
 
     keeps_own_dtypes = True
@@ -187,6 +192,7 @@ class PlannedQuantizedLinear(nn.Linear):
         double_quant: bool = True,
         compute_dtype: torch.dtype | None = None,
         keeps_input: bool = False,
+        bitsandbytes: PlannedBitsandbytes | None = None,
         device: Any = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -200,6 +206,7 @@ class PlannedQuantizedLinear(nn.Linear):
         self.double_quant = double_quant and kind == "4bit"
         self.compute_dtype = compute_dtype
         self.keeps_input = keeps_input
+        self.bitsandbytes = bitsandbytes or planned_bitsandbytes()
         self.weight_dtype = dtype or torch.get_default_dtype()
         self.dense_shape = (out_features, in_features)
         self.nested_blocks = (
@@ -274,7 +281,8 @@ def plan_quantized_linears(
     """
     if kind not in KINDS:
         raise ValueError(f"unknown quantization {kind!r}; one of {KINDS}")
-    keeps_input = kind == "4bit" and keeps_4bit_input(planned_bitsandbytes().version)
+    rules = planned_bitsandbytes()
+    keeps_input = kind == "4bit" and keeps_4bit_input(rules.version)
     replaced = 0
     for parent, name, child in linears:
         layer = PlannedQuantizedLinear(
@@ -286,6 +294,7 @@ def plan_quantized_linears(
             double_quant=double_quant,
             compute_dtype=compute_dtype,
             keeps_input=keeps_input,
+            bitsandbytes=rules,
             device=child.weight.device,
             dtype=child.weight.dtype,
         )

@@ -340,12 +340,13 @@ class MemoryPlanner:
         return plan
 
     def _bitsandbytes(self, module: Any, setup: RunSetup) -> PlannedBitsandbytes | None:
-        uses = (
-            self.eight_bit_configured
-            or setup.optimizer in BITSANDBYTES_LAYOUTS
-            or any(isinstance(m, PlannedQuantizedLinear) for m in module.modules())
-        )
-        return planned_bitsandbytes() if uses else None
+        # The release the quantized layers were built with, else the one the optimizer used.
+        for sub in module.modules():
+            if isinstance(sub, PlannedQuantizedLinear):
+                return sub.bitsandbytes
+        if self.eight_bit_configured or setup.optimizer in BITSANDBYTES_LAYOUTS:
+            return planned_bitsandbytes()
+        return None
 
     @staticmethod
     def _phase_plan(phase: str, batch_size: int, setup: RunSetup, trace: StepTrace) -> PhasePlan:

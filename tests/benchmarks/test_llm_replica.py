@@ -1,0 +1,119 @@
+"""LLM fine-tunes planned as the libraries run them: a tiny Llama through the field benchmark's
+replica (`benchmarks.llm_replica`), with LoRA, 4-bit layers, bitsandbytes' version rules, paged
+optimizers and transformers' fp32 loss."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from benchmarks import planner_field
+from vramkit.core.planner.decisions.plan import MemoryPlanner
+from vramkit.core.planner.decisions.report import bitsandbytes_lines
+from vramkit.core.planner.tracing.recorder import OPTIMIZER_STATE
+from vramkit.core.quantization.bitsandbytes_rules import bitsandbytes_rules_of
+from vramkit.core.units import GIB
+
+VOCAB, SEQ = 4096, 64
+TINY = {
+    "id": "tiny_llama_qlora",
+    "method": "qlora",
+    "gpu": {"compute_capability": "8.0", "flash_attention": True},
+    "model": {
+        "config": "llama",
+        "config_overrides": {
+            "vocab_size": VOCAB,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "max_position_embeddings": SEQ,
+        },
+        "task": "causal_lm",
+        "num_labels": None,
+        "attn_implementation": "sdpa",
+        "loss": "model",
+        "llm": {
+            "load_dtype": "bfloat16",
+            "quantization": {"kind": "4bit", "compute_dtype": "bfloat16"},
+            "kbit_preparation": True,
+            "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+        },
+    },
+    "run": {
+        "phase": "train",
+        "batch_size": 2,
+        "accumulate_grad_batches": 1,
+        "seq_len": SEQ,
+        "image_size": None,
+        "precision": "bf16-mixed",
+        "optimizer": {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-4},
+        "optimizer_layout": "configured",
+        "gradient_checkpointing": False,
+    },
+}
+
+
+def _plan(case: dict, batch_size: int = 2):
+    planner = MemoryPlanner(planner_field.model_config(case), planner_field.phase_samples(case))
+    return planner.measure("train", batch_size, planner_field.run_setup(case))
+
+
+def _with(**changes) -> dict:
+    case = copy.deepcopy(TINY)
+    for path, value in changes.items():
+        node = case
+        *parents, leaf = path.split("__")
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    return case
+
+
+def test_bitsandbytes_up_to_0_43_1_plans_every_4bit_input_kept_for_backward():
+    with bitsandbytes_rules_of("0.43.1"):
+        old = _plan(TINY)
+    with bitsandbytes_rules_of("0.43.2"):
+        new = _plan(TINY)
+    assert old.allocated["activations"] > new.allocated["activations"]
+    assert old.bitsandbytes.version == "0.43.1" and new.bitsandbytes.version == "0.43.2"
+    assert "bitsandbytes 0.43.2" in bitsandbytes_lines(new)[0]
+
+
+def test_the_loss_upcasts_the_logits_to_fp32_and_the_trace_holds_them():
+    """transformers' `ForCausalLMLoss` casts the logits to fp32: a [B*T, V] fp32 tensor lives at
+    the loss (the plan's peak holders show it for a model whose vocabulary dominates)."""
+    plan = _plan(_with(run__precision="bf16-true", model__llm__kbit_preparation=False))
+    fp32_logits = [
+        holder
+        for holder in plan.holders
+        if holder.dtype == "float32" and VOCAB in holder.largest_shape
+    ]
+    assert fp32_logits, plan.holders
+
+
+def test_a_paged_optimizer_keeps_large_moments_out_of_the_device_plan():
+    case = _with(model__llm__lora=None, model__llm__quantization=None)
+    case["model"]["llm"]["kbit_preparation"] = False
+    case["run"]["precision"] = "bf16-true"
+    plain = _plan(case)
+    paged_case = copy.deepcopy(case)
+    paged_case["run"]["optimizer_layout"] = "paged_adamw_8bit"
+    paged = _plan(paged_case)
+    assert paged.paged_optimizer_state > 0
+    assert paged.allocated[OPTIMIZER_STATE] < plain.allocated[OPTIMIZER_STATE]
+    lines = bitsandbytes_lines(paged)
+    assert any("unified memory" in line for line in lines)
+    assert paged.paged_optimizer_state < GIB
+
+
+def test_kbit_preparation_makes_the_4bit_layers_return_fp32():
+    """fp32 norms make each 4-bit layer's input fp32; `Linear4bit` casts its output back."""
+    prepared = _plan(TINY)
+    unprepared = _plan(_with(model__llm__kbit_preparation=False, model__llm__lora=None))
+    assert prepared.allocated["activations"] > unprepared.allocated["activations"]
