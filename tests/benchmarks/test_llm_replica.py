@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from benchmarks import planner_field
+from vramkit.core.planner.decisions.host_memory import HostPlanner, LoaderSettings
 from vramkit.core.planner.decisions.plan import MemoryPlanner
 from vramkit.core.planner.decisions.report import bitsandbytes_lines
 from vramkit.core.planner.tracing.recorder import OPTIMIZER_STATE
@@ -110,6 +111,21 @@ def test_a_paged_optimizer_keeps_large_moments_out_of_the_device_plan():
     lines = bitsandbytes_lines(paged)
     assert any("unified memory" in line for line in lines)
     assert paged.paged_optimizer_state < GIB
+
+
+def test_the_host_plan_counts_a_paged_optimizer_s_states():
+    case = _with(model__llm__lora=None, model__llm__quantization=None)
+    case["model"]["llm"]["kbit_preparation"] = False
+    case["run"]["optimizer_layout"] = "paged_adamw_8bit"
+    planner = MemoryPlanner(planner_field.model_config(case), planner_field.phase_samples(case))
+    setup = planner_field.run_setup(case)
+    host = HostPlanner(planner, setup, LoaderSettings(num_workers=0), baseline=0)
+    traced = planner.measure("train", 2, setup)
+    assert host.plan("train", 2, 2).offloaded == traced.paged_optimizer_state > 0
+    plain = HostPlanner(
+        planner, setup.replace(optimizer="configured"), LoaderSettings(num_workers=0), baseline=0
+    )
+    assert plain.plan("train", 2, 2).offloaded == 0
 
 
 def test_kbit_preparation_makes_the_4bit_layers_return_fp32():

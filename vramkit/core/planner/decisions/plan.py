@@ -23,7 +23,13 @@ from omegaconf import DictConfig
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vramkit.core.planner.cuda.cuda_rules import TRUE_PRECISIONS
-from vramkit.core.planner.cuda.optimizer_layouts import BITSANDBYTES_LAYOUTS, ZERO2, ZERO2_OFFLOAD
+from vramkit.core.planner.cuda.optimizer_layouts import (
+    BITSANDBYTES_LAYOUTS,
+    PAGED_LAYOUTS,
+    ZERO2,
+    ZERO2_OFFLOAD,
+    paged_state_bytes,
+)
 from vramkit.core.planner.shortcuts.output_memo import OutputMemo
 from vramkit.core.planner.tracing.batches import PhaseSamples, cast_floating, grow_batch
 from vramkit.core.planner.tracing.fake_trace import (
@@ -232,6 +238,15 @@ class MemoryPlanner:
     def parameter_count(self, setup: RunSetup) -> int:
         """Parameters of the module `setup` builds (LoRA and other model overrides applied)."""
         return sum(p.numel() for p in self._subject(_traced_setup(setup)).module.parameters())
+
+    def paged_optimizer_bytes(self, setup: RunSetup) -> int:
+        """Host (CUDA unified) memory of a paged bitsandbytes optimizer's states under `setup`
+        (bytes; 0 for any other optimizer layout), from the trainable parameters, no trace."""
+        bits = PAGED_LAYOUTS.get(setup.optimizer)
+        if bits is None:
+            return 0
+        module = self._subject(_traced_setup(setup)).module
+        return paged_state_bytes((p for p in module.parameters() if p.requires_grad), bits)
 
     def training_floor(self, batch_size: int, setup: RunSetup) -> PhasePlan | None:
         """A certain lower bound on `setup`'s training peak at `batch_size` without tracing it,
