@@ -73,6 +73,9 @@ def test_the_table_and_json_say_what_does_not_fit_and_what_would(over_budget_pla
     assert data["traced_versions"]["torch"] == torch.__version__
     assert f"traced with torch {torch.__version__}" in table
     assert data["untested_torch"] is None  # CI runs the tested versions only
+    # The 8-bit AdamW remedy planned bitsandbytes' optimizer: the plan names the rules' release.
+    assert table.splitlines()[-1].startswith("4-bit/8-bit rules of bitsandbytes ")
+    assert data["bitsandbytes"] and data["bitsandbytes"][0] in table
 
 
 def test_a_plan_on_an_untested_torch_says_so_in_one_line(over_budget_plan, monkeypatch):

@@ -149,7 +149,9 @@ def plan_json(plan: MemoryPlan) -> dict[str, Any]:
         "seconds": round(plan.seconds, 2),
         "traced_versions": traced_versions(),
         "untested_torch": untested_torch_warning(),
-        "bitsandbytes": bitsandbytes_lines(plan.train, plan.val),
+        "bitsandbytes": bitsandbytes_lines(
+            plan.train, plan.val, *(p for r in plan.remedies for p in (r.train, r.val))
+        ),
     }
 
 
@@ -247,14 +249,15 @@ def plan_table(plan: MemoryPlan) -> str:
     untested = untested_torch_warning()
     if untested is not None:
         lines.append(untested)
-    lines.extend(bitsandbytes_lines(plan.train, plan.val))
+    remedies = [phase for remedy in plan.remedies for phase in (remedy.train, remedy.val)]
+    lines.extend(bitsandbytes_lines(plan.train, plan.val, *remedies))
     return "\n".join(lines)
 
 
 def bitsandbytes_lines(*phases: PhasePlan | None) -> list[str]:
     """The plan's closing lines on bitsandbytes: which release's rules it applied (when any
-    phase planned quantized layers or a bitsandbytes optimizer), a warning outside the tested
-    range, and the paged optimizer state planned as host memory."""
+    phase, a remedy's included, planned quantized layers or a bitsandbytes optimizer), a warning
+    outside the tested range, and the paged optimizer state planned as host memory."""
     applied = next((p.bitsandbytes for p in phases if p is not None and p.bitsandbytes), None)
     if applied is None:
         return []
