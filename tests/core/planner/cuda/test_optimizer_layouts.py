@@ -16,6 +16,7 @@ from vramkit.core.planner.cuda.optimizer_layouts import (
     use_cuda_defaults,
 )
 from vramkit.core.planner.tracing.batches import cast_floating, grow_batch
+from vramkit.core.planner.tracing.subject import swap_bitsandbytes_optimizer
 from vramkit.core.quantization.bitsandbytes_rules import bitsandbytes_rules_of
 
 
@@ -105,3 +106,23 @@ def test_a_batch_grows_tensors_and_repeats_per_sample_annotations():
     assert batch["polygons"] == [[(0, 0), (1, 1)]] * 4
     assert [t.shape for t in batch["pair"]] == [(4, 2), (4,)]
     assert batch["skipped"] == 0
+
+
+@pytest.mark.parametrize(
+    ("target", "layout"),
+    [
+        ("bitsandbytes.optim.AdamW8bit", "adamw_8bit"),
+        ("bitsandbytes.optim.PagedAdamW8bit", "paged_adamw_8bit"),
+        ("bitsandbytes.optim.PagedAdamW", "paged_adamw"),
+        ("bitsandbytes.optim.PagedAdamW32bit", "paged_adamw_32bit"),
+        ("torch.optim.AdamW", None),
+    ],
+)
+def test_a_configured_bitsandbytes_optimizer_is_planned_with_its_own_layout(target, layout):
+    """A paged optimizer is no longer planned as the unpaged 8-bit one (device memory)."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"optimizer": {"_target_": target, "lr": 0.1, "optim_bits": 8}})
+    assert swap_bitsandbytes_optimizer(cfg) == layout
+    if layout is not None:
+        assert cfg.optimizer._target_ == "torch.optim.AdamW" and "optim_bits" not in cfg.optimizer

@@ -25,6 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from vramkit.core.planner.cuda.cuda_rules import TRUE_PRECISIONS
 from vramkit.core.planner.cuda.optimizer_layouts import (
     BITSANDBYTES_LAYOUTS,
+    CONFIGURED,
     PAGED_LAYOUTS,
     ZERO2,
     ZERO2_OFFLOAD,
@@ -197,8 +198,9 @@ class MemoryPlanner:
 
     model_cfg: DictConfig
     samples: PhaseSamples
-    eight_bit_configured: bool = False
-    """The model's config names a bitsandbytes 8-bit optimizer (swapped for planning)."""
+    bitsandbytes_optimizer: str | None = None
+    """The layout of the bitsandbytes optimizer the model's config names (swapped for planning:
+    `subject.swap_bitsandbytes_optimizer`), None for any other optimizer."""
     max_epochs: int = 1
     max_steps: int = -1
     tied_loaded_twice: bool = False
@@ -242,7 +244,10 @@ class MemoryPlanner:
     def paged_optimizer_bytes(self, setup: RunSetup) -> int:
         """Host (CUDA unified) memory of a paged bitsandbytes optimizer's states under `setup`
         (bytes; 0 for any other optimizer layout), from the trainable parameters, no trace."""
-        bits = PAGED_LAYOUTS.get(setup.optimizer)
+        layout = setup.optimizer
+        if layout == CONFIGURED and self.bitsandbytes_optimizer is not None:
+            layout = self.bitsandbytes_optimizer
+        bits = PAGED_LAYOUTS.get(layout)
         if bits is None:
             return 0
         module = self._subject(_traced_setup(setup)).module
@@ -298,7 +303,7 @@ class MemoryPlanner:
             optimizer = build_optimizer(
                 module,
                 setup,
-                eight_bit_configured=self.eight_bit_configured,
+                configured_layout=self.bitsandbytes_optimizer,
                 max_epochs=self.max_epochs,
                 max_steps=self.max_steps,
             )
@@ -359,7 +364,7 @@ class MemoryPlanner:
         for sub in module.modules():
             if isinstance(sub, PlannedQuantizedLinear):
                 return sub.bitsandbytes
-        if self.eight_bit_configured or setup.optimizer in BITSANDBYTES_LAYOUTS:
+        if self.bitsandbytes_optimizer or setup.optimizer in BITSANDBYTES_LAYOUTS:
             return planned_bitsandbytes()
         return None
 

@@ -26,6 +26,9 @@ from vramkit.core.planner.cuda.cuda_rules import parameter_dtype
 from vramkit.core.planner.cuda.optimizer_layouts import (
     ADAMW_8BIT,
     CONFIGURED,
+    PAGED_ADAMW,
+    PAGED_ADAMW_8BIT,
+    PAGED_ADAMW_32BIT,
     PAGED_LAYOUTS,
     ZERO2,
     ZERO2_OFFLOAD,
@@ -38,9 +41,15 @@ from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.tracing.checkpointing import enable_gradient_checkpointing
 from vramkit.core.planner.tracing.run_setup import RunSetup
 
-# Optimizer targets that need a GPU library at construction time; the planner only needs the
-# hyper-parameters, so it builds the equivalent torch optimizer and then the layout.
-_EIGHT_BIT_TARGETS = ("bitsandbytes.optim.AdamW8bit", "bitsandbytes.optim.PagedAdamW8bit")
+# Optimizer targets that need a GPU library at construction time, and the layout each is planned
+# with; the planner only needs the hyper-parameters, so it builds the equivalent torch optimizer
+# and then the layout (bitsandbytes/optim/adamw.py: PagedAdamW is 32-bit and paged).
+_BITSANDBYTES_TARGETS = {
+    "bitsandbytes.optim.AdamW8bit": ADAMW_8BIT,
+    "bitsandbytes.optim.PagedAdamW8bit": PAGED_ADAMW_8BIT,
+    "bitsandbytes.optim.PagedAdamW": PAGED_ADAMW,
+    "bitsandbytes.optim.PagedAdamW32bit": PAGED_ADAMW_32BIT,
+}
 
 
 class _PlanningTrainer:
@@ -66,18 +75,22 @@ class _PlanningTrainer:
         )
 
 
-def swap_eight_bit_optimizer(model_cfg: DictConfig) -> bool:
-    """Replace a bitsandbytes 8-bit optimizer in `model_cfg` (in place) by torch's AdamW with
-    the same hyper-parameters; return whether there was one (it is planned with the 8-bit
-    layout). bitsandbytes needs CUDA to build its optimizer; the planner needs none."""
+def swap_bitsandbytes_optimizer(model_cfg: DictConfig) -> str | None:
+    """Replace a bitsandbytes AdamW (8-bit and/or paged) in `model_cfg` (in place) by torch's
+    AdamW with the same hyper-parameters; return the layout it is planned with (`adamw_8bit`,
+    `paged_adamw`, …), None when there was none. bitsandbytes needs CUDA to build its
+    optimizer; the planner needs none."""
     optimizer = model_cfg.get("optimizer")
-    if not isinstance(optimizer, DictConfig) or optimizer.get("_target_") not in _EIGHT_BIT_TARGETS:
-        return False
+    if not isinstance(optimizer, DictConfig):
+        return None
+    layout = _BITSANDBYTES_TARGETS.get(optimizer.get("_target_"))
+    if layout is None:
+        return None
     with open_dict(optimizer):
         optimizer._target_ = "torch.optim.AdamW"
         for key in ("optim_bits", "min_8bit_size", "percentile_clipping", "block_wise", "paged"):
             optimizer.pop(key, None)
-    return True
+    return layout
 
 
 def _undo_compile(module: nn.Module) -> None:
@@ -194,15 +207,15 @@ def build_optimizer(
     module: L.LightningModule,
     setup: RunSetup,
     *,
-    eight_bit_configured: bool = False,
+    configured_layout: str | None = None,
     max_epochs: int = 1,
     max_steps: int = -1,
 ) -> torch.optim.Optimizer:
     """The optimizer a run of `setup` would step, holding `module`'s (fake) parameters."""
     optimizer = _configured_optimizer(module, setup, max_epochs, max_steps)
     layout = setup.optimizer
-    if layout == CONFIGURED and eight_bit_configured:
-        layout = ADAMW_8BIT
+    if layout == CONFIGURED and configured_layout is not None:
+        layout = configured_layout
     if layout == CONFIGURED:
         use_cuda_defaults(optimizer)
         return optimizer
