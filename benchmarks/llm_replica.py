@@ -17,6 +17,10 @@ the recipe's order,
 ``loss_in_logits_dtype`` computes the loss as LitGPT's ``chunked_cross_entropy`` does: a cross
 entropy on the logits in their own dtype (bf16 under ``bf16-true``), where transformers' loss
 first upcasts them to fp32 (`ForCausalLMLoss`: ``logits = logits.float()``).
+``logits_kept_to_next_step`` keeps the logits alive as LitGPT's training loop does: its
+``logits = model(input_ids, lm_head_chunk_size=128)`` is a loop variable, so one micro-batch's
+logits live through its backward and the optimizer step until the next forward returns
+(finetune/lora.py lines 216-220 of Lit-GPT commit 8641822).
 
 ``keep_dtypes`` keeps every tensor's dtype when the planner makes the model fake (a recipe
 trained under ``bf16-mixed`` whose base weights are bf16 and adapters fp32); otherwise the
@@ -65,10 +69,13 @@ class LLMReplicaModule(HFModelModule):
         lora: Mapping[str, Any] | None = None,
         keep_dtypes: bool = False,
         loss_in_logits_dtype: bool = False,
+        logits_kept_to_next_step: bool = False,
         **hf_module: Any,
     ) -> None:
         super().__init__(**hf_module)
         self.loss_in_logits_dtype = loss_in_logits_dtype
+        self.logits_kept_to_next_step = logits_kept_to_next_step
+        self.kept_logits: torch.Tensor | None = None
         model = self.model
         if load_dtype is not None:
             model.to(DTYPES[load_dtype])
@@ -85,6 +92,9 @@ class LLMReplicaModule(HFModelModule):
             return super()._step(batch, phase)
         inputs = {key: batch[key] for key in ("input_ids", "attention_mask") if key in batch}
         logits = self.model(**inputs).logits
+        if self.logits_kept_to_next_step:
+            # Replaced only now, after the forward, as the recipe's loop variable is.
+            self.kept_logits = logits
         labels = batch["labels"]
         # Next-token targets shifted on the label side: the logits are not copied.
         targets = torch.cat([labels[:, 1:], labels.new_full((labels.shape[0], 1), -100)], dim=1)

@@ -5,6 +5,7 @@ optimizers and transformers' fp32 loss."""
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 
@@ -13,8 +14,9 @@ pytest.importorskip("peft")
 
 from benchmarks import planner_field
 from vramkit.core.planner.decisions.host_memory import HostPlanner, LoaderSettings
+from vramkit.core.planner.decisions.llm_allowance import LLM_ACTIVATION_ALLOWANCE, LLM_ALLOWANCE
 from vramkit.core.planner.decisions.plan import MemoryPlanner
-from vramkit.core.planner.decisions.report import bitsandbytes_lines
+from vramkit.core.planner.decisions.report import bitsandbytes_lines, llm_allowance_lines
 from vramkit.core.planner.tracing.recorder import OPTIMIZER_STATE
 from vramkit.core.quantization.bitsandbytes_rules import bitsandbytes_rules_of
 from vramkit.core.units import GIB
@@ -133,3 +135,38 @@ def test_kbit_preparation_makes_the_4bit_layers_return_fp32():
     prepared = _plan(TINY)
     unprepared = _plan(_with(model__llm__kbit_preparation=False, model__llm__lora=None))
     assert prepared.allocated["activations"] > unprepared.allocated["activations"]
+
+
+def test_logits_kept_to_the_next_step_stay_at_the_backward_peak():
+    """LitGPT's loop variable keeps one micro-batch's [B, T, V] bf16 logits through its backward:
+    the replica keeping them plans at least those bytes more at the peak."""
+    base = _with(
+        run__precision="bf16-true",
+        model__llm__kbit_preparation=False,
+        model__llm__quantization=None,
+        model__llm__loss_in_logits_dtype=True,
+    )
+    kept = copy.deepcopy(base)
+    kept["model"]["llm"]["logits_kept_to_next_step"] = True
+    freed, held = _plan(base), _plan(kept)
+    logits = 2 * SEQ * VOCAB * 2  # batch 2, bf16
+    assert held.allocated["activations"] - freed.allocated["activations"] >= logits
+
+
+def test_an_adapter_fine_tune_carries_the_llm_activation_allowance_and_says_so():
+    qlora = _plan(TINY)
+    share = qlora.allocated[LLM_ALLOWANCE]
+    assert share == qlora.llm_activation_allowance > 0
+    assert share == math.ceil(LLM_ACTIVATION_ALLOWANCE * qlora.allocated["activations"])
+    assert qlora.breakdown_gib()["activations"] * GIB >= qlora.allocated["activations"] + share
+    assert "LLM activation allowance" in llm_allowance_lines(None, qlora)[0]
+
+
+def test_a_full_fine_tune_of_the_same_causal_lm_carries_no_allowance():
+    full = _plan(
+        _with(
+            model__llm__lora=None, model__llm__quantization=None, model__llm__kbit_preparation=False
+        )
+    )
+    assert LLM_ALLOWANCE not in full.allocated
+    assert llm_allowance_lines(full) == []

@@ -31,6 +31,11 @@ from vramkit.core.planner.cuda.optimizer_layouts import (
     ZERO2_OFFLOAD,
     paged_state_bytes,
 )
+from vramkit.core.planner.decisions.llm_allowance import (
+    LLM_ALLOWANCE,
+    is_adapter_causal_lm,
+    llm_activation_allowance,
+)
 from vramkit.core.planner.shortcuts.output_memo import OutputMemo
 from vramkit.core.planner.tracing.batches import PhaseSamples, cast_floating, grow_batch
 from vramkit.core.planner.tracing.fake_trace import (
@@ -156,10 +161,15 @@ class PhasePlan:
             "parameters": a[PARAMETERS] / GIB,
             "gradients": a[GRADIENTS] / GIB,
             "optimizer_state": a[OPTIMIZER_STATE] / GIB,
-            "activations": (a[ACTIVATIONS] + a[INPUTS]) / GIB,
+            "activations": (a[ACTIVATIONS] + a[INPUTS] + a.get(LLM_ALLOWANCE, 0)) / GIB,
             "overhead": (self.overhead + self.workspace_room) / GIB,
             "total": self.peak / GIB,
         }
+
+    @property
+    def llm_activation_allowance(self) -> int:
+        """The `LLM_ACTIVATION_ALLOWANCE` share within `allocated` (bytes; 0 when not applied)."""
+        return self.allocated.get(LLM_ALLOWANCE, 0)
 
     def fits(self, budget_bytes: int | None) -> bool | None:
         """Whether the peak stays within `budget_bytes` (None without a budget)."""
@@ -357,6 +367,8 @@ class MemoryPlanner:
                 allocated=per_device(plan.allocated),
                 allocated_with_workspaces=sum(per_device(at_workspace).values()) + workspace,
             )
+        if phase == TRAIN and setup.device is not None and is_adapter_causal_lm(module):
+            plan = _with_llm_allowance(plan)
         return plan
 
     def _bitsandbytes(self, module: Any, setup: RunSetup) -> PlannedBitsandbytes | None:
@@ -415,6 +427,17 @@ class MemoryPlanner:
             upper_first=upper_first,
         )
         return best, self.measure(phase, max(best, 1), setup)
+
+
+def _with_llm_allowance(plan: PhasePlan) -> PhasePlan:
+    """`plan` with `LLM_ACTIVATION_ALLOWANCE` of its activations at the peak added to what is
+    allocated there (and at the workspace moment), as its own category."""
+    extra = llm_activation_allowance(plan.allocated[ACTIVATIONS])
+    return dataclasses.replace(
+        plan,
+        allocated={**plan.allocated, LLM_ALLOWANCE: extra},
+        allocated_with_workspaces=plan.allocated_with_workspaces + extra,
+    )
 
 
 def largest_fitting(
