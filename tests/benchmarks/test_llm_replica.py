@@ -6,21 +6,27 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from benchmarks import planner_field
+from vramkit.core.hardware.profile import ProfileSource, validate_profile
+from vramkit.core.planner import plan_json, plan_table
 from vramkit.core.planner.decisions.host_memory import HostPlanner, LoaderSettings
 from vramkit.core.planner.decisions.llm_allowance import LLM_ACTIVATION_ALLOWANCE, LLM_ALLOWANCE
 from vramkit.core.planner.decisions.plan import MemoryPlanner
 from vramkit.core.planner.decisions.report import bitsandbytes_lines, llm_allowance_lines
+from vramkit.core.planner.decisions.task_plan import MemoryPlan
 from vramkit.core.planner.tracing.recorder import OPTIMIZER_STATE
 from vramkit.core.quantization.bitsandbytes_rules import bitsandbytes_rules_of
 from vramkit.core.units import GIB
 
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 VOCAB, SEQ = 4096, 64
 TINY = {
     "id": "tiny_llama_qlora",
@@ -170,3 +176,29 @@ def test_a_full_fine_tune_of_the_same_causal_lm_carries_no_allowance():
     )
     assert LLM_ALLOWANCE not in full.allocated
     assert llm_allowance_lines(full) == []
+
+
+def test_the_plan_table_and_json_show_the_allowance():
+    train = _plan(TINY)
+    hw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hw" / "t4.yaml"))
+    plan = MemoryPlan(
+        profile=validate_profile(hw, ProfileSource("t4")),
+        setup=planner_field.run_setup(TINY),
+        optimizer="AdamW",
+        budget_bytes=None,
+        train=train,
+        val=train,
+        inference=train,
+        train_searched=False,
+        val_searched=False,
+        train_limit=None,
+        val_limit=None,
+        remedies=(),
+        traces=1,
+        seconds=1.0,
+        planner=None,
+    )
+    lines = [line for line in plan_table(plan).splitlines() if "LLM activation allowance" in line]
+    assert len(lines) == 1
+    shown = plan_json(plan)["allowances"]["llm_activation_gib"]
+    assert shown == round(train.llm_activation_allowance / GIB, 3) > 0
