@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from packaging.version import InvalidVersion, Version
 
 from benchmarks.model_code import ensure_release
 from benchmarks.record import REPO_ROOT, write_result
@@ -44,6 +45,7 @@ from vramkit.core.planner.cuda.cuda_rules import DeviceRules
 from vramkit.core.planner.decisions.plan import PHASES, MemoryPlanner, PhasePlan
 from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
 from vramkit.core.planner.tracing.run_setup import RunSetup
+from vramkit.core.quantization.bitsandbytes_rules import bitsandbytes_rules_of
 from vramkit.core.units import GIB
 
 NAME = "planner_field"
@@ -51,6 +53,11 @@ CASES_DIR = REPO_ROOT / "benchmarks" / "field_cases"
 TARGET_MEDIAN_PCT = 10.0
 TARGET_WORST_PCT = 25.0
 MODULE_TARGET = "vramkit.tasks.hf_models.module.HFModelModule"
+LLM_MODULE_TARGET = "benchmarks.llm_replica.LLMReplicaModule"
+METHODS = ("full", "lora", "qlora")
+"""`method` (optional) of an LLM fine-tuning case: its group in the summary."""
+UNDER_PLAN_LIMIT_PCT = -5.0
+"""No case may be planned lower than this signed error: an under-plan is an OOM the plan hid."""
 KINDS = ("max_allocated", "max_reserved", "nvml", "oom_lower_bound")
 UNITS = {"MiB": 2**20, "MB": 10**6, "GiB": 2**30, "GB": 10**9}
 REQUIRED = {
@@ -115,6 +122,8 @@ def case_problems(case: dict[str, Any]) -> list[str]:
             problems.append(f"run.{key}: missing")
     if case["run"].get("phase") not in PHASES:
         problems.append(f"run.phase: one of {', '.join(PHASES)}")
+    if case.get("method", "full") not in METHODS:
+        problems.append(f"method: one of {', '.join(METHODS)}")
     if case["run"].get("weights_loading", "module_to") not in WEIGHTS_LOADINGS:
         problems.append(f"run.weights_loading: one of {', '.join(WEIGHTS_LOADINGS)}")
     if "_target_" not in (case["run"].get("optimizer") or {}):
@@ -143,9 +152,10 @@ def case_problems(case: dict[str, Any]) -> list[str]:
 def model_config(case: dict[str, Any]) -> DictConfig:
     """The hf_models module config that rebuilds the case's model and optimizer."""
     model, run = case["model"], case["run"]
+    llm = model.get("llm")
     return OmegaConf.create(
         {
-            "_target_": MODULE_TARGET,
+            "_target_": MODULE_TARGET if llm is None else LLM_MODULE_TARGET,
             "task": model["task"],
             "config": model["config"],
             "config_overrides": model["config_overrides"],
@@ -153,6 +163,7 @@ def model_config(case: dict[str, Any]) -> DictConfig:
             "attn_implementation": model["attn_implementation"],
             "loss": model["loss"],
             "optimizer": run["optimizer"],
+            **(llm or {}),
         }
     )
 
@@ -222,13 +233,38 @@ def _settings(case: dict[str, Any]) -> str:
         extras.append("ckpt")
     if case["model"]["attn_implementation"]:
         extras.append(case["model"]["attn_implementation"])
+    llm = case["model"].get("llm") or {}
+    if llm.get("lora"):
+        extras.append(f"LoRA r{llm['lora']['r']}")
+    quantization = llm.get("quantization")
+    if quantization:
+        kind = quantization.get("quant_type", "nf4") if quantization["kind"] == "4bit" else "int8"
+        extras.append(kind + ("-dq" if quantization.get("double_quant", True) else ""))
     return f"{case['model']['config']} {case['model']['task']} b{run['batch_size']} x {size}, " + (
         ", ".join(extras)
     )
 
 
+def stated_bitsandbytes(case: dict[str, Any]) -> str | None:
+    """The bitsandbytes release a case states (``frameworks.bitsandbytes``), if it is a version."""
+    stated = case["frameworks"].get("bitsandbytes")
+    try:
+        return str(Version(stated)) if stated else None
+    except InvalidVersion:
+        return None
+
+
 def replay(case: dict[str, Any]) -> dict[str, Any]:
-    """Plan one case; its comparisons (and its OOM verdict) as JSON-ready numbers."""
+    """Plan one case; its comparisons (and its OOM verdict) as JSON-ready numbers. A case that
+    states its bitsandbytes release is planned with that release's rules."""
+    version = stated_bitsandbytes(case)
+    if version is None:
+        return _replay(case)
+    with bitsandbytes_rules_of(version):
+        return _replay(case)
+
+
+def _replay(case: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     run = case["run"]
     setup = run_setup(case)
@@ -254,12 +290,14 @@ def replay(case: dict[str, Any]) -> dict[str, Any]:
         comparisons.append(row)
     result: dict[str, Any] = {
         "id": case["id"],
+        "method": case.get("method"),
         "source": case["source"].get("url") or case["source"]["repo"],
         "transformers": _installed_transformers(),
         "gpu": case["gpu"]["name"],
         "settings": _settings(case),
         "peak_at": plan.peak_at,
         "attention_kernels": list(plan.attention_kernels),
+        "bitsandbytes_rules": plan.bitsandbytes.version if plan.bitsandbytes else None,
         "comparisons": comparisons,
     }
     oom = case.get("oom")
@@ -295,8 +333,33 @@ def _summary(errors: list[float]) -> dict[str, Any]:
     }
 
 
+def _signed(errors: list[float]) -> dict[str, Any]:
+    if not errors:
+        return {"count": 0}
+    return {
+        **_summary(errors),
+        "median_signed_error_pct": round(statistics.median(errors), 1),
+        "lowest_signed_error_pct": round(min(errors), 1),
+        "under_planned_beyond_limit": sum(error < UNDER_PLAN_LIMIT_PCT for error in errors),
+    }
+
+
+def by_method(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Signed errors of the LLM fine-tuning cases (those with a `method`), per method and all."""
+    groups: dict[str, list[float]] = {}
+    for result in results:
+        if not result.get("method"):
+            continue
+        for row in result["comparisons"]:
+            if "error_pct" in row:
+                groups.setdefault(result["method"], []).append(row["error_pct"])
+                groups.setdefault("all", []).append(row["error_pct"])
+    return {name: _signed(errors) for name, errors in sorted(groups.items())}
+
+
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median and worst |error| (allocated peaks, and every kind), OOM verdicts, targets."""
+    """Median and worst |error| (allocated peaks, and every kind), OOM verdicts, targets, and
+    the LLM cases' signed errors by method."""
     by_kind: dict[str, list[float]] = {}
     for result in results:
         for row in result["comparisons"]:
@@ -324,6 +387,8 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         "oom_verdicts_correct": sum(result["oom_verdict"]["correct"] for result in oom),
         "oom_lower_bounds_exceeded": sum(bounds),
         "oom_lower_bounds": len(bounds),
+        "llm_by_method": by_method(results),
+        "under_plan_limit_pct": UNDER_PLAN_LIMIT_PCT,
         "target_median_abs_error_pct": TARGET_MEDIAN_PCT,
         "target_worst_abs_error_pct": TARGET_WORST_PCT,
         "targets_met": met,
@@ -378,6 +443,14 @@ def table(results: list[dict[str, Any]], summary: dict[str, Any]) -> str:
                 f"{kind}: median |error| {stats['median_abs_error_pct']}%, worst "
                 f"{stats['worst_abs_error_pct']}% over {stats['count']} figures"
             )
+    for method, stats in summary["llm_by_method"].items():
+        signed = f"median signed {stats['median_signed_error_pct']:+.1f}%"
+        lowest = f"lowest {stats['lowest_signed_error_pct']:+.1f}%"
+        under = f"under-planned by more than {-UNDER_PLAN_LIMIT_PCT:.0f}%"
+        lines.append(
+            f"LLM {method}: median |error| {stats['median_abs_error_pct']}%, {signed}, {lowest} "
+            f"over {stats['count']} figures; {under}: {stats['under_planned_beyond_limit']}"
+        )
     lines.append(
         f"OOM cases: {summary['oom_verdicts_correct']} of {summary['oom_cases']} planned as not "
         f"fitting at their batch (and fitting at the batch that worked); predicted allocation "

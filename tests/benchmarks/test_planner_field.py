@@ -112,3 +112,34 @@ def test_cases_replayed_with_an_older_release_say_which_and_why() -> None:
     for case in pinned:
         assert case["frameworks"]["replay_transformers"].count(".") == 2
         assert case["frameworks"].get("replay_transformers_why")
+
+
+LLM_CASES = [case for case in CASES if case.get("method")]
+
+
+def test_the_llm_cases_cover_lora_and_qlora_with_their_settings() -> None:
+    assert len(LLM_CASES) >= 14
+    methods = [case["method"] for case in LLM_CASES]
+    assert methods.count("qlora") >= 6 and methods.count("lora") >= 6
+    for case in LLM_CASES:
+        llm = case["model"]["llm"]
+        assert (llm["quantization"] is not None) == (case["method"] == "qlora"), case["id"]
+        assert (llm["lora"] is not None) == (case["method"] in ("lora", "qlora")), case["id"]
+        assert "Replica differences" in case["notes"], case["id"]
+
+
+def test_llm_errors_are_reported_signed_per_method() -> None:
+    results = [
+        {"method": "lora", "comparisons": [{"kind": "max_allocated", "error_pct": -4.0}]},
+        {"method": "qlora", "comparisons": [{"kind": "max_allocated", "error_pct": -8.5}]},
+        {"method": "qlora", "comparisons": [{"kind": "max_allocated", "error_pct": 3.0}]},
+        {"comparisons": [{"kind": "max_allocated", "error_pct": -30.0}]},  # not an LLM case
+    ]
+    groups = planner_field.by_method(results)
+    assert set(groups) == {"all", "lora", "qlora"}
+    assert groups["qlora"]["lowest_signed_error_pct"] == -8.5
+    assert groups["qlora"]["under_planned_beyond_limit"] == 1
+    assert groups["lora"]["under_planned_beyond_limit"] == 0
+    assert groups["all"]["count"] == 3 and groups["all"]["median_signed_error_pct"] == -4.0
+    text = planner_field.table([], planner_field.summarize(results))
+    assert "LLM qlora" in text and "-8.5%" in text

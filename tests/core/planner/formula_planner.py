@@ -52,7 +52,7 @@ class FormulaPlanner:
         self.model_cfg = OmegaConf.create(
             {"optimizer": {"_target_": "torch.optim.AdamW"}, "gradient_checkpointing": False}
         )
-        self.eight_bit_configured = False
+        self.bitsandbytes_optimizer = None
         self.traces = 0
 
     def measure(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:

@@ -24,7 +24,7 @@ def _example_changes(tmp_path):
     profile = types.SimpleNamespace(bf16=True)  # the laptop GPU has bf16 (conf/hw/rtx4090_laptop)
     # Two GPUs under DDP: the "ZeRO-2 across 2 GPUs" line too.
     setup = RunSetup(precision="16-mixed", device=None, devices=2, sharding=Sharding(DDP, 2))
-    planner = types.SimpleNamespace(model_cfg=cfg.model, eight_bit_configured=False)
+    planner = types.SimpleNamespace(model_cfg=cfg.model, bitsandbytes_optimizer=None)
     singles = candidate_changes(profile, setup, planner)
     pairs = [
         pair

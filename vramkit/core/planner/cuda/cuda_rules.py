@@ -49,11 +49,16 @@ CUDA_CONTEXT_EAGER_GIB = 1343 / 1024
 1343 MiB measured by `torch.ones((1, 1)).to("cuda")` on a V100 (transformers docs, "Model training
 anatomy")."""
 
-BITSANDBYTES_BLOCK = 256
-"""Elements per quantisation block of bitsandbytes' 8-bit optimizer states (one fp32 scale each)."""
-
 BITSANDBYTES_MIN_8BIT_SIZE = 4096
-"""bitsandbytes keeps 32-bit states for tensors with fewer elements than this."""
+"""bitsandbytes keeps 32-bit states for tensors with fewer elements than this (`min_8bit_size`,
+the default of every 8-bit optimizer in `bitsandbytes/optim/`)."""
+
+BITSANDBYTES_MIN_PAGED_SIZE = 100_000
+"""A paged bitsandbytes optimizer pages the states of tensors with at least this many elements
+(`Optimizer.get_state_buffer`: ``if not self.is_paged or p.numel() < 1e5``), same since 0.39."""
+
+BITSANDBYTES_QMAP_ENTRIES = 256
+"""Entries of each of the two fp32 quantization maps of an 8-bit optimizer (`fill_qmap`)."""
 
 DEEPSPEED_BUCKET_ELEMENTS = 200_000_000
 """Lightning's DeepSpeedStrategy default reduce/allgather bucket size (elements)."""

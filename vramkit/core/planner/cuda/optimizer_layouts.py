@@ -4,8 +4,15 @@
   its multi-tensor (`foreach`) implementation, which is what torch picks for CUDA parameters:
   AdamW then allocates a parameter-sized temporary (the square roots) during each step.
 - `AdamW8bitLayout` holds bitsandbytes' 8-bit AdamW states (one byte per element per moment
-  plus an fp32 absmax per 256-element block; 32-bit states for tensors under 4096 elements)
-  and updates in place, as its fused kernel does.
+  plus an fp32 absmax per block of 256 elements, 2048 before bitsandbytes 0.44; 32-bit states
+  for tensors under 4096 elements; the two 256-entry fp32 quantization maps once) and updates
+  in place, as its fused kernel does (`bitsandbytes/optim/optimizer.py`, `Optimizer2State.
+  init_state`).
+- `PagedAdamWLayout` is bitsandbytes' `PagedAdamW` / `PagedAdamW32bit` (32-bit states) and
+  `PagedAdamW8bit`: the moments of every tensor of at least 1e5 elements live in CUDA unified
+  memory (`get_state_buffer` -> `functional.get_paged`, `cudaMallocManaged`), outside the caching
+  allocator and `torch.cuda.max_memory_allocated`, and are planned as host memory
+  (`paged_state_bytes`); smaller tensors' moments and the 8-bit absmax stay device memory.
 - `ZeroStage2Layout` is DeepSpeed ZeRO stage 2 as Lightning configures it: 16-bit parameters
   on the device, two reduce buckets of 2e8 elements, and either the fp32 master weights and
   Adam moments partitioned across the devices or, with CPU offload, kept in host memory.
@@ -22,16 +29,25 @@ from collections.abc import Iterable
 import torch
 
 from vramkit.core.planner.cuda.cuda_rules import (
-    BITSANDBYTES_BLOCK,
     BITSANDBYTES_MIN_8BIT_SIZE,
+    BITSANDBYTES_MIN_PAGED_SIZE,
+    BITSANDBYTES_QMAP_ENTRIES,
     DEEPSPEED_BUCKET_ELEMENTS,
 )
+from vramkit.core.quantization.bitsandbytes_rules import optimizer_8bit_block, planned_bitsandbytes
 
 CONFIGURED = "configured"
 ADAMW_8BIT = "adamw_8bit"
+PAGED_ADAMW = "paged_adamw"
+PAGED_ADAMW_32BIT = "paged_adamw_32bit"
+PAGED_ADAMW_8BIT = "paged_adamw_8bit"
 ZERO2 = "zero2"
 ZERO2_OFFLOAD = "zero2_offload"
-LAYOUTS = (CONFIGURED, ADAMW_8BIT, ZERO2, ZERO2_OFFLOAD)
+BITSANDBYTES_LAYOUTS = (ADAMW_8BIT, PAGED_ADAMW, PAGED_ADAMW_32BIT, PAGED_ADAMW_8BIT)
+"""Layouts of bitsandbytes optimizers: a plan with one names the bitsandbytes rules it applied."""
+PAGED_LAYOUTS = {PAGED_ADAMW: 32, PAGED_ADAMW_32BIT: 32, PAGED_ADAMW_8BIT: 8}
+"""Paged layouts and the bits of their states."""
+LAYOUTS = (CONFIGURED, *BITSANDBYTES_LAYOUTS, ZERO2, ZERO2_OFFLOAD)
 
 
 def use_cuda_defaults(optimizer: torch.optim.Optimizer) -> None:
@@ -83,6 +99,8 @@ class AdamW8bitLayout(torch.optim.Optimizer):
     ) -> None:
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": float(weight_decay)}
         super().__init__(params, defaults)
+        self.block = optimizer_8bit_block(planned_bitsandbytes().version)
+        self.qmaps: list[torch.Tensor] = []
 
     @classmethod
     def like(cls, optimizer: torch.optim.Optimizer) -> AdamW8bitLayout:
@@ -111,20 +129,85 @@ class AdamW8bitLayout(torch.optim.Optimizer):
                     state.update(self._initial_state(param))
                 param.add_(param.grad, alpha=-group["lr"])
 
-    @staticmethod
-    def _initial_state(param: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _initial_state(self, param: torch.Tensor) -> dict[str, torch.Tensor]:
         if param.numel() < BITSANDBYTES_MIN_8BIT_SIZE:
             return {
                 "state1": torch.zeros_like(param, dtype=torch.float32),
                 "state2": torch.zeros_like(param, dtype=torch.float32),
             }
-        blocks = math.ceil(param.numel() / BITSANDBYTES_BLOCK)
+        blocks = math.ceil(param.numel() / self.block)
+        qmap1, qmap2 = self._quantization_maps(param.device)
         return {
             "state1": torch.zeros_like(param, dtype=torch.uint8),
             "state2": torch.zeros_like(param, dtype=torch.uint8),
+            "qmap1": qmap1,
+            "qmap2": qmap2,
             "absmax1": torch.zeros(blocks, dtype=torch.float32, device=param.device),
             "absmax2": torch.zeros(blocks, dtype=torch.float32, device=param.device),
         }
+
+    def _quantization_maps(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        # `name2qmap["dynamic"]` and `["udynamic"]`: created once, shared by every state.
+        if not self.qmaps:
+            self.qmaps = [
+                torch.zeros(BITSANDBYTES_QMAP_ENTRIES, dtype=torch.float32, device=device)
+                for _ in range(2)
+            ]
+        return self.qmaps[0], self.qmaps[1]
+
+
+class PagedAdamWLayout(AdamW8bitLayout):
+    """bitsandbytes' paged AdamW with `bits` (8 or 32) per state element.
+
+    The moments of tensors of at least `BITSANDBYTES_MIN_PAGED_SIZE` elements are paged: they
+    are not device tensors of this optimizer (the trace does not count them) but host memory,
+    `paged_bytes` in all. Everything else is what the unpaged optimizer of `bits` holds.
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict], bits: int = 32, **kw):
+        super().__init__(params, **kw)
+        if bits not in (8, 32):
+            raise ValueError(f"bitsandbytes optimizers keep 8 or 32 bits per state, not {bits}")
+        self.bits = bits
+        self.paged_bytes = 0
+
+    @classmethod
+    def like_paged(cls, optimizer: torch.optim.Optimizer, bits: int) -> PagedAdamWLayout:
+        """The paged layout for the parameters and hyper-parameters of `optimizer`."""
+        layout = cls(AdamW8bitLayout.like(optimizer).param_groups, bits=bits)
+        return layout
+
+    def _initial_state(self, param: torch.Tensor) -> dict[str, torch.Tensor]:
+        eight_bit = self.bits == 8 and param.numel() >= BITSANDBYTES_MIN_8BIT_SIZE
+        state = (
+            super()._initial_state(param)
+            if eight_bit
+            else {
+                "state1": torch.zeros_like(param, dtype=torch.float32),
+                "state2": torch.zeros_like(param, dtype=torch.float32),
+            }
+        )
+        if param.numel() >= BITSANDBYTES_MIN_PAGED_SIZE:
+            for name in ("state1", "state2"):
+                moment = state.pop(name)
+                self.paged_bytes += moment.numel() * moment.element_size()
+        return state
+
+
+def paged_state_bytes(parameters: Iterable[torch.Tensor], bits: int) -> int:
+    """Host (unified) memory of a paged bitsandbytes AdamW's moments for `parameters` (bytes).
+
+    `Optimizer.get_state_buffer`: tensors of at least 1e5 elements get `F.get_paged` buffers;
+    each holds two moments of 1 byte per element (8-bit, from 4096 elements) or 4 bytes.
+    """
+    total = 0
+    for param in parameters:
+        numel = param.numel()
+        if numel < BITSANDBYTES_MIN_PAGED_SIZE:
+            continue
+        per_element = 1 if bits == 8 and numel >= BITSANDBYTES_MIN_8BIT_SIZE else 4
+        total += 2 * numel * per_element
+    return total
 
 
 class ZeroStage2Layout(torch.optim.Optimizer):

@@ -14,7 +14,9 @@ that DeepSpeed offloads. `HostPlanner` adds those up per phase from the device p
   a GPU.
 - offloaded: DeepSpeed's host copy under ZeRO offload, by DeepSpeed's own estimators
   (`estimate_zero2_model_states_mem_needs`, `estimate_zero3_model_states_mem_needs`):
-  parameters × max(4 × GPUs per node, 16) bytes (18 with parameter offload) × 1.5 buffers.
+  parameters × max(4 × GPUs per node, 16) bytes (18 with parameter offload) × 1.5 buffers;
+  plus, on a GPU, a paged bitsandbytes optimizer's states, which live in CUDA unified memory
+  (`cudaMallocManaged`) and are counted against the host (`MemoryPlanner.paged_optimizer_bytes`).
 - batches in flight: with loader workers, `num_workers × prefetch_factor` finished batches wait
   in shared memory for the main process (torch's `_MultiProcessingDataLoaderIter` keeps that many
   outstanding); without workers the loader's batch is the step's own.
@@ -346,7 +348,7 @@ class HostPlanner:
             step=step,
             loader=self._loader(phase, batch_size),
             idle_loaders=idle,
-            offloaded=self.offloaded,
+            offloaded=self.offloaded + self._paged(),
             gpu=not self.on_host,
         )
         return dataclasses.replace(plan, processes=self.processes)
@@ -359,6 +361,10 @@ class HostPlanner:
             upper,
             upper_first=True,
         )
+
+    def _paged(self) -> int:
+        # On the CPU a paged optimizer falls back to ordinary tensors, which the step holds.
+        return 0 if self.on_host else self.planner.paged_optimizer_bytes(self.setup)
 
     def _resident_step(self, phase: str, batch_size: int) -> int:
         """The resident set a step run on the host adds: the model states as traced, the rest

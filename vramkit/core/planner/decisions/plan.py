@@ -23,7 +23,19 @@ from omegaconf import DictConfig
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vramkit.core.planner.cuda.cuda_rules import TRUE_PRECISIONS
-from vramkit.core.planner.cuda.optimizer_layouts import ZERO2, ZERO2_OFFLOAD
+from vramkit.core.planner.cuda.optimizer_layouts import (
+    BITSANDBYTES_LAYOUTS,
+    CONFIGURED,
+    PAGED_LAYOUTS,
+    ZERO2,
+    ZERO2_OFFLOAD,
+    paged_state_bytes,
+)
+from vramkit.core.planner.decisions.llm_allowance import (
+    LLM_ALLOWANCE,
+    is_adapter_causal_lm,
+    llm_activation_allowance,
+)
 from vramkit.core.planner.shortcuts.output_memo import OutputMemo
 from vramkit.core.planner.tracing.batches import PhaseSamples, cast_floating, grow_batch
 from vramkit.core.planner.tracing.fake_trace import (
@@ -48,6 +60,8 @@ from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.planner.tracing.sharding import ZERO2_OFFLOAD as OFFLOADED_ZERO2
 from vramkit.core.planner.tracing.sharding import model_states, shard_allocated, traced_precision
 from vramkit.core.planner.tracing.subject import build_module, build_optimizer, with_model_overrides
+from vramkit.core.quantization.bitsandbytes_rules import PlannedBitsandbytes, planned_bitsandbytes
+from vramkit.core.quantization.planned_linear import PlannedQuantizedLinear
 from vramkit.core.units import GIB
 
 TRAIN = "train"
@@ -90,6 +104,12 @@ class PhasePlan:
     (`MemoryPlanner.training_floor`)."""
     cuda_context: int = 0
     """The CUDA context within `overhead` (bytes; 0 without a target device)."""
+    paged_optimizer_state: int = 0
+    """A paged bitsandbytes optimizer's moments in CUDA unified memory (bytes): host memory,
+    outside `allocated` and `torch.cuda.max_memory_allocated` (`PagedAdamWLayout`)."""
+    bitsandbytes: PlannedBitsandbytes | None = None
+    """The bitsandbytes release whose rules the trace applied, when it planned quantized layers
+    or a bitsandbytes optimizer; None otherwise."""
 
     @property
     def allocated_peak(self) -> int:
@@ -141,10 +161,15 @@ class PhasePlan:
             "parameters": a[PARAMETERS] / GIB,
             "gradients": a[GRADIENTS] / GIB,
             "optimizer_state": a[OPTIMIZER_STATE] / GIB,
-            "activations": (a[ACTIVATIONS] + a[INPUTS]) / GIB,
+            "activations": (a[ACTIVATIONS] + a[INPUTS] + a.get(LLM_ALLOWANCE, 0)) / GIB,
             "overhead": (self.overhead + self.workspace_room) / GIB,
             "total": self.peak / GIB,
         }
+
+    @property
+    def llm_activation_allowance(self) -> int:
+        """The `LLM_ACTIVATION_ALLOWANCE` share within `allocated` (bytes; 0 when not applied)."""
+        return self.allocated.get(LLM_ALLOWANCE, 0)
 
     def fits(self, budget_bytes: int | None) -> bool | None:
         """Whether the peak stays within `budget_bytes` (None without a budget)."""
@@ -183,8 +208,9 @@ class MemoryPlanner:
 
     model_cfg: DictConfig
     samples: PhaseSamples
-    eight_bit_configured: bool = False
-    """The model's config names a bitsandbytes 8-bit optimizer (swapped for planning)."""
+    bitsandbytes_optimizer: str | None = None
+    """The layout of the bitsandbytes optimizer the model's config names (swapped for planning:
+    `subject.swap_bitsandbytes_optimizer`), None for any other optimizer."""
     max_epochs: int = 1
     max_steps: int = -1
     tied_loaded_twice: bool = False
@@ -224,6 +250,18 @@ class MemoryPlanner:
     def parameter_count(self, setup: RunSetup) -> int:
         """Parameters of the module `setup` builds (LoRA and other model overrides applied)."""
         return sum(p.numel() for p in self._subject(_traced_setup(setup)).module.parameters())
+
+    def paged_optimizer_bytes(self, setup: RunSetup) -> int:
+        """Host (CUDA unified) memory of a paged bitsandbytes optimizer's states under `setup`
+        (bytes; 0 for any other optimizer layout), from the trainable parameters, no trace."""
+        layout = setup.optimizer
+        if layout == CONFIGURED and self.bitsandbytes_optimizer is not None:
+            layout = self.bitsandbytes_optimizer
+        bits = PAGED_LAYOUTS.get(layout)
+        if bits is None:
+            return 0
+        module = self._subject(_traced_setup(setup)).module
+        return paged_state_bytes((p for p in module.parameters() if p.requires_grad), bits)
 
     def training_floor(self, batch_size: int, setup: RunSetup) -> PhasePlan | None:
         """A certain lower bound on `setup`'s training peak at `batch_size` without tracing it,
@@ -275,7 +313,7 @@ class MemoryPlanner:
             optimizer = build_optimizer(
                 module,
                 setup,
-                eight_bit_configured=self.eight_bit_configured,
+                configured_layout=self.bitsandbytes_optimizer,
                 max_epochs=self.max_epochs,
                 max_steps=self.max_steps,
             )
@@ -302,10 +340,15 @@ class MemoryPlanner:
                 trace = trace_validation(
                     module, optimizer, batch, recorder, semantics, attention=attention
                 )
+            paged = getattr(optimizer, "paged_bytes", 0)
             del optimizer, batch
             module.zero_grad(set_to_none=True)
         self.traces += 1
-        plan = self._phase_plan(phase, batch_size, setup, trace)
+        plan = dataclasses.replace(
+            self._phase_plan(phase, batch_size, setup, trace),
+            paged_optimizer_state=paged,
+            bitsandbytes=self._bitsandbytes(module, setup),
+        )
         if setup.sharding.sharded and setup.optimizer not in (ZERO2, ZERO2_OFFLOAD):
             # The trace is one process holding everything; the run's device holds its share.
             states = model_states(module, setup.sharding.wrap_classes)
@@ -324,7 +367,18 @@ class MemoryPlanner:
                 allocated=per_device(plan.allocated),
                 allocated_with_workspaces=sum(per_device(at_workspace).values()) + workspace,
             )
+        if phase == TRAIN and setup.device is not None and is_adapter_causal_lm(module):
+            plan = _with_llm_allowance(plan)
         return plan
+
+    def _bitsandbytes(self, module: Any, setup: RunSetup) -> PlannedBitsandbytes | None:
+        # The release the quantized layers were built with, else the one the optimizer used.
+        for sub in module.modules():
+            if isinstance(sub, PlannedQuantizedLinear):
+                return sub.bitsandbytes
+        if self.bitsandbytes_optimizer or setup.optimizer in BITSANDBYTES_LAYOUTS:
+            return planned_bitsandbytes()
+        return None
 
     @staticmethod
     def _phase_plan(phase: str, batch_size: int, setup: RunSetup, trace: StepTrace) -> PhasePlan:
@@ -373,6 +427,17 @@ class MemoryPlanner:
             upper_first=upper_first,
         )
         return best, self.measure(phase, max(best, 1), setup)
+
+
+def _with_llm_allowance(plan: PhasePlan) -> PhasePlan:
+    """`plan` with `LLM_ACTIVATION_ALLOWANCE` of its activations at the peak added to what is
+    allocated there (and at the workspace moment), as its own category."""
+    extra = llm_activation_allowance(plan.allocated[ACTIVATIONS])
+    return dataclasses.replace(
+        plan,
+        allocated={**plan.allocated, LLM_ALLOWANCE: extra},
+        allocated_with_workspaces=plan.allocated_with_workspaces + extra,
+    )
 
 
 def largest_fitting(

@@ -98,7 +98,7 @@ def candidate_changes(
         )
     optimizer = model_cfg.get("optimizer")
     target = optimizer.get("_target_") if isinstance(optimizer, DictConfig) else None
-    if target in _ADAM_TARGETS and not planner.eight_bit_configured:
+    if target in _ADAM_TARGETS and not planner.bitsandbytes_optimizer:
         changes.append(
             Change(
                 "8-bit AdamW",

@@ -10,6 +10,7 @@ import torch
 
 from vramkit.core.planner.cuda.op_rules import CUDNN_ESTIMATE_BAND
 from vramkit.core.planner.cuda.tested_torch import modelled_torch, untested_torch_warning
+from vramkit.core.planner.decisions.llm_allowance import LLM_ACTIVATION_ALLOWANCE
 from vramkit.core.planner.decisions.plan import PhasePlan
 from vramkit.core.planner.decisions.remedies import Remedy
 from vramkit.core.planner.decisions.task_plan import MemoryPlan
@@ -144,11 +145,15 @@ def plan_json(plan: MemoryPlan) -> dict[str, Any]:
             "reserve": "the step's allocations replayed through the caching allocator's rules"
             if plan.setup.device is not None
             else "none (CPU)",
+            **_llm_allowance_json(plan.train),
         },
         "traces": plan.traces,
         "seconds": round(plan.seconds, 2),
         "traced_versions": traced_versions(),
         "untested_torch": untested_torch_warning(),
+        "bitsandbytes": bitsandbytes_lines(
+            plan.train, plan.val, *(p for r in plan.remedies for p in (r.train, r.val))
+        ),
     }
 
 
@@ -246,4 +251,47 @@ def plan_table(plan: MemoryPlan) -> str:
     untested = untested_torch_warning()
     if untested is not None:
         lines.append(untested)
+    remedies = [phase for remedy in plan.remedies for phase in (remedy.train, remedy.val)]
+    lines.extend(bitsandbytes_lines(plan.train, plan.val, *remedies))
+    lines.extend(llm_allowance_lines(plan.train, *remedies))
     return "\n".join(lines)
+
+
+def _llm_allowance_json(train: PhasePlan | None) -> dict[str, float]:
+    if train is None or not train.llm_activation_allowance:
+        return {}
+    return {"llm_activation_gib": round(train.llm_activation_allowance / GIB, 3)}
+
+
+def llm_allowance_lines(*phases: PhasePlan | None) -> list[str]:
+    """One line on the `LLM_ACTIVATION_ALLOWANCE` within the training peaks, when any phase (a
+    remedy's included) carries it: its bytes in the first such phase and what it is."""
+    carrying = [p for p in phases if p is not None and p.llm_activation_allowance]
+    if not carrying:
+        return []
+    return [
+        f"LLM activation allowance: {carrying[0].llm_activation_allowance / GIB:.2f} GiB within "
+        f"the training peak ({LLM_ACTIVATION_ALLOWANCE:.0%} of its traced activations: adapter "
+        "fine-tunes of causal LMs measured that much above the trace, cause not yet found; "
+        "docs/planner.md)"
+    ]
+
+
+def bitsandbytes_lines(*phases: PhasePlan | None) -> list[str]:
+    """The plan's closing lines on bitsandbytes: which release's rules it applied (when any
+    phase, a remedy's included, planned quantized layers or a bitsandbytes optimizer), a warning
+    outside the tested range, and the paged optimizer state planned as host memory."""
+    applied = next((p.bitsandbytes for p in phases if p is not None and p.bitsandbytes), None)
+    if applied is None:
+        return []
+    lines = [applied.footer()]
+    paged = max((p.paged_optimizer_state for p in phases if p is not None), default=0)
+    if paged:
+        lines.append(
+            f"paged optimizer state: {paged / GIB:.2f} GiB in CUDA unified memory (host), "
+            "outside the device peaks above"
+        )
+    warning = applied.warning()
+    if warning is not None:
+        lines.append(warning)
+    return lines

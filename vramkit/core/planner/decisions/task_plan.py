@@ -21,7 +21,7 @@ from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
 from vramkit.core.planner.tracing.recorder import GRADIENTS, OPTIMIZER_STATE, PARAMETERS
 from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.planner.tracing.sharding import Sharding, sharding_of
-from vramkit.core.planner.tracing.subject import swap_eight_bit_optimizer
+from vramkit.core.planner.tracing.subject import swap_bitsandbytes_optimizer
 from vramkit.core.units import GIB
 
 # Batch sizes searched when the dataset does not say how many samples it has.
@@ -145,7 +145,7 @@ def task_planner(planning: DictConfig, samples: PhaseSamples | None = None) -> M
     return MemoryPlanner(
         planning.model,
         samples,
-        eight_bit_configured=swap_eight_bit_optimizer(planning.model),
+        bitsandbytes_optimizer=swap_bitsandbytes_optimizer(planning.model),
         max_epochs=max_epochs,
         max_steps=max_steps,
     )

@@ -26,9 +26,14 @@ from vramkit.core.planner.cuda.cuda_rules import parameter_dtype
 from vramkit.core.planner.cuda.optimizer_layouts import (
     ADAMW_8BIT,
     CONFIGURED,
+    PAGED_ADAMW,
+    PAGED_ADAMW_8BIT,
+    PAGED_ADAMW_32BIT,
+    PAGED_LAYOUTS,
     ZERO2,
     ZERO2_OFFLOAD,
     AdamW8bitLayout,
+    PagedAdamWLayout,
     ZeroStage2Layout,
     use_cuda_defaults,
 )
@@ -36,9 +41,15 @@ from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.tracing.checkpointing import enable_gradient_checkpointing
 from vramkit.core.planner.tracing.run_setup import RunSetup
 
-# Optimizer targets that need a GPU library at construction time; the planner only needs the
-# hyper-parameters, so it builds the equivalent torch optimizer and then the layout.
-_EIGHT_BIT_TARGETS = ("bitsandbytes.optim.AdamW8bit", "bitsandbytes.optim.PagedAdamW8bit")
+# Optimizer targets that need a GPU library at construction time, and the layout each is planned
+# with; the planner only needs the hyper-parameters, so it builds the equivalent torch optimizer
+# and then the layout (bitsandbytes/optim/adamw.py: PagedAdamW is 32-bit and paged).
+_BITSANDBYTES_TARGETS = {
+    "bitsandbytes.optim.AdamW8bit": ADAMW_8BIT,
+    "bitsandbytes.optim.PagedAdamW8bit": PAGED_ADAMW_8BIT,
+    "bitsandbytes.optim.PagedAdamW": PAGED_ADAMW,
+    "bitsandbytes.optim.PagedAdamW32bit": PAGED_ADAMW_32BIT,
+}
 
 
 class _PlanningTrainer:
@@ -64,18 +75,22 @@ class _PlanningTrainer:
         )
 
 
-def swap_eight_bit_optimizer(model_cfg: DictConfig) -> bool:
-    """Replace a bitsandbytes 8-bit optimizer in `model_cfg` (in place) by torch's AdamW with
-    the same hyper-parameters; return whether there was one (it is planned with the 8-bit
-    layout). bitsandbytes needs CUDA to build its optimizer; the planner needs none."""
+def swap_bitsandbytes_optimizer(model_cfg: DictConfig) -> str | None:
+    """Replace a bitsandbytes AdamW (8-bit and/or paged) in `model_cfg` (in place) by torch's
+    AdamW with the same hyper-parameters; return the layout it is planned with (`adamw_8bit`,
+    `paged_adamw`, …), None when there was none. bitsandbytes needs CUDA to build its
+    optimizer; the planner needs none."""
     optimizer = model_cfg.get("optimizer")
-    if not isinstance(optimizer, DictConfig) or optimizer.get("_target_") not in _EIGHT_BIT_TARGETS:
-        return False
+    if not isinstance(optimizer, DictConfig):
+        return None
+    layout = _BITSANDBYTES_TARGETS.get(optimizer.get("_target_"))
+    if layout is None:
+        return None
     with open_dict(optimizer):
         optimizer._target_ = "torch.optim.AdamW"
         for key in ("optim_bits", "min_8bit_size", "percentile_clipping", "block_wise", "paged"):
             optimizer.pop(key, None)
-    return True
+    return layout
 
 
 def _undo_compile(module: nn.Module) -> None:
@@ -90,25 +105,35 @@ def _fake_like(tensor: torch.Tensor, dtype: torch.dtype, fake_mode: FakeTensorMo
         return torch.empty_strided(tensor.size(), tensor.stride(), dtype=target, device="cpu")
 
 
+KEEPS_OWN_DTYPES = "keeps_own_dtypes"
+"""The LightningModule with this attribute true keeps every floating tensor's dtype when made
+fake (a recipe's mixed dtypes: bf16 base weights and fp32 adapters, a k-bit model's fp32 norms);
+a submodule with it true keeps its buffers' dtypes (a quantized layer's fp32 state)."""
+
+
 def materialize_fake(module: nn.Module, dtype: torch.dtype, fake_mode: FakeTensorMode) -> None:
-    """Replace every parameter and buffer by a fake CPU tensor; floating ones take `dtype`.
+    """Replace every parameter and buffer by a fake CPU tensor; floating ones take `dtype`
+    unless `module` keeps its own dtypes, or, for buffers, their submodule (`KEEPS_OWN_DTYPES`).
 
     Shared (tied) parameters stay shared.
     """
     made: dict[int, torch.Tensor] = {}
+    keep_all = getattr(module, KEEPS_OWN_DTYPES, False)
     for sub in module.modules():
+        keep_buffers = keep_all or getattr(sub, KEEPS_OWN_DTYPES, False)
         for name, param in list(sub._parameters.items()):
             if param is None:
                 continue
             if id(param) not in made:
-                data = _fake_like(param, dtype, fake_mode)
+                data = _fake_like(param, param.dtype if keep_all else dtype, fake_mode)
                 made[id(param)] = nn.Parameter(data, requires_grad=param.requires_grad)
             sub._parameters[name] = made[id(param)]
         for name, buffer in list(sub._buffers.items()):
             if buffer is None:
                 continue
             if id(buffer) not in made:
-                made[id(buffer)] = _fake_like(buffer, dtype, fake_mode)
+                kept = buffer.dtype if keep_buffers else dtype
+                made[id(buffer)] = _fake_like(buffer, kept, fake_mode)
             sub._buffers[name] = made[id(buffer)]
 
 
@@ -182,24 +207,26 @@ def build_optimizer(
     module: L.LightningModule,
     setup: RunSetup,
     *,
-    eight_bit_configured: bool = False,
+    configured_layout: str | None = None,
     max_epochs: int = 1,
     max_steps: int = -1,
 ) -> torch.optim.Optimizer:
     """The optimizer a run of `setup` would step, holding `module`'s (fake) parameters."""
     optimizer = _configured_optimizer(module, setup, max_epochs, max_steps)
     layout = setup.optimizer
-    if layout == CONFIGURED and eight_bit_configured:
-        layout = ADAMW_8BIT
+    if layout == CONFIGURED and configured_layout is not None:
+        layout = configured_layout
     if layout == CONFIGURED:
         use_cuda_defaults(optimizer)
         return optimizer
-    if layout == ADAMW_8BIT:
+    if layout == ADAMW_8BIT or layout in PAGED_LAYOUTS:
         if not _is_adam(optimizer):
             raise PlanningError(
-                f"8-bit AdamW replaces Adam/AdamW; the model's optimizer is "
+                f"bitsandbytes' {layout} replaces Adam/AdamW; the model's optimizer is "
                 f"{type(optimizer).__name__}"
             )
+        if layout in PAGED_LAYOUTS:
+            return PagedAdamWLayout.like_paged(optimizer, PAGED_LAYOUTS[layout])
         return AdamW8bitLayout.like(optimizer)
     if layout in (ZERO2, ZERO2_OFFLOAD):
         return ZeroStage2Layout(
