@@ -18,6 +18,10 @@ import pytest
 
 from tests.vramkit_lines import empty_folders, foreign_lines
 
+# Building and installing the wheel takes about a minute and a half of CPU: `make test-wheel`
+# runs these in one process (they share the installed wheel), after `make test` in CI.
+pytestmark = [pytest.mark.slow, pytest.mark.wheel]
+
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "python_api.md"
 # What the wheel is made of (pyproject.toml, setup.py): copied, because setuptools writes build/
@@ -58,7 +62,6 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     return Installed(target, env)
 
 
-@pytest.mark.slow
 def test_the_installed_wheel_plans_a_users_module_outside_the_checkout(installed, tmp_path):
     target, work = installed.target, tmp_path / "work"
     conf = target / "vramkit" / "conf"
@@ -111,7 +114,6 @@ def _vramkit(installed: Installed, work: Path, *args: str) -> subprocess.Complet
     )
 
 
-@pytest.mark.slow
 def test_every_documented_command_runs_from_the_wheel_outside_the_checkout(installed, tmp_path):
     work = tmp_path / "work"  # data/ and logs/ land below the current folder
     work.mkdir()

@@ -15,6 +15,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from tests.e2e.entry_points import run_entry_point
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TINY = ("+hw=cpu", "debug=smoke", "logger=csv")
 QUIET = {"train.py": ("callbacks.progress_bar.refresh_rate=0",), "eval.py": ()}
@@ -41,6 +43,18 @@ def _run(
     )
 
 
+def _refuse(monkeypatch, capsys, script: str, *overrides: str, log_dir: Path, data_dir: Path):
+    """Run a refused ``python <script> …`` in this process (a refusal needs no interpreter of
+    its own): the completed-process view of its exit status and stderr."""
+    monkeypatch.chdir(log_dir)
+    monkeypatch.setenv("PROJECT_ROOT", str(REPO_ROOT))
+    args = (*TINY, *QUIET[script], *overrides)
+    code, err = run_entry_point(
+        monkeypatch, capsys, script, *args, f"paths.log_dir={log_dir}", f"paths.data_dir={data_dir}"
+    )
+    return subprocess.CompletedProcess(script, code, "", err)
+
+
 def _tree_hash(folder: Path) -> str:
     """One digest of every file's relative path and bytes under ``folder``."""
     digest = hashlib.sha256()
@@ -59,7 +73,9 @@ def _refused_in_one_line(result: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.slow
-def test_wrong_checkpoints_are_refused_before_anything_is_written(tmp_path, shared_data_dir):
+def test_wrong_checkpoints_are_refused_before_anything_is_written(
+    tmp_path, shared_data_dir, monkeypatch, capsys
+):
     paths = {"log_dir": tmp_path, "data_dir": shared_data_dir}
     first = _run("train.py", **paths)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -70,17 +86,27 @@ def test_wrong_checkpoints_are_refused_before_anything_is_written(tmp_path, shar
     half.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
     before = _tree_hash(run)
 
-    wider = _refused_in_one_line(_run("train.py", "model=dbnet_r18", f"ckpt_path={last}", **paths))
+    wider = _refused_in_one_line(
+        _refuse(monkeypatch, capsys, "train.py", "model=dbnet_r18", f"ckpt_path={last}", **paths)
+    )
     assert "parameters differ in shape, first net.backbone.conv1.weight [16,3,7,7]" in wider
     assert wider.endswith("it was trained with task=text_detection, model=dbnet_tiny")
 
-    torn = _refused_in_one_line(_run("train.py", f"ckpt_path={half}", **paths))
+    torn = _refused_in_one_line(
+        _refuse(monkeypatch, capsys, "train.py", f"ckpt_path={half}", **paths)
+    )
     assert torn == f"error: ckpt_path: {half} is truncated ({half.stat().st_size} bytes of a " + (
         "torch.save archive whose end is missing)"
     )
 
-    changed = _run(
-        "train.py", f"ckpt_path={last}", "model.optimizer.lr=0.01", "hw.batch_size=2", **paths
+    changed = _refuse(
+        monkeypatch,
+        capsys,
+        "train.py",
+        f"ckpt_path={last}",
+        "model.optimizer.lr=0.01",
+        "hw.batch_size=2",
+        **paths,
     )
     assert changed.returncode == 2, changed.stderr[-3000:]
     assert "  model.optimizer.lr: 0.004 -> 0.01\n" in changed.stderr
@@ -91,7 +117,9 @@ def test_wrong_checkpoints_are_refused_before_anything_is_written(tmp_path, shar
     copied = tmp_path / "elsewhere" / "copied.ckpt"
     copied.parent.mkdir()
     copied.write_bytes(last.read_bytes())
-    changed_copy = _run(
+    changed_copy = _refuse(
+        monkeypatch,
+        capsys,
         "train.py",
         f"ckpt_path={copied}",
         "seed=7",
@@ -106,10 +134,20 @@ def test_wrong_checkpoints_are_refused_before_anything_is_written(tmp_path, shar
         "seed: 42 -> 7",
     ):
         assert f"  {line}\n" in changed_copy.stderr
-    seeded = _run("train.py", f"ckpt_path={copied}", "seed=7", "resume.allow_changes=true", **paths)
+    seeded = _refuse(
+        monkeypatch,
+        capsys,
+        "train.py",
+        f"ckpt_path={copied}",
+        "seed=7",
+        "resume.allow_changes=true",
+        **paths,
+    )
     assert "cannot apply seed: 42 -> 7 (the random streams" in _refused_in_one_line(seeded)
 
-    evaluated = _run("eval.py", "model=dbnet_r18", f"ckpt_path={last}", **paths)
+    evaluated = _refuse(
+        monkeypatch, capsys, "eval.py", "model=dbnet_r18", f"ckpt_path={last}", **paths
+    )
     assert "parameters differ in shape" in _refused_in_one_line(evaluated)
 
     assert _tree_hash(run) == before
