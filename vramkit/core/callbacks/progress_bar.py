@@ -112,11 +112,14 @@ class RunProgressBar(RichProgressBar):
         self._last_step_lr = None
         # Lightning calls a callback's batch hook on every batch, about 10 us even when it
         # returns at once, unless the hook is not callable (working_set.py): a disabled bar
-        # has nothing to move.
+        # has nothing to move. A bar whose batch hooks a CallbackGroup runs has its hook None
+        # already (callback_group.py): only a hook the bar itself switched off comes back.
         if self.is_enabled:
-            self.__dict__.pop("on_train_batch_end", None)
-        else:
+            if self.__dict__.pop("_hid_batch_end", False):
+                del self.__dict__["on_train_batch_end"]
+        elif self.on_train_batch_end is not None:
             self.on_train_batch_end = None  # type: ignore[method-assign,assignment]
+            self._hid_batch_end = True
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
