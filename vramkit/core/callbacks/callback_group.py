@@ -50,6 +50,10 @@ class CallbackGroup(L.Callback):
         trailing: registered callbacks whose per-batch hooks run after the members'.
     """
 
+    # Callback.state_key's value, as a plain attribute: Lightning reads it at every hook call
+    # (its profiler's action name), and the property is a Python call each time.
+    state_key = "CallbackGroup"
+
     def __init__(
         self,
         members: Sequence[L.Callback],

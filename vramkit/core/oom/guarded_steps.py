@@ -529,9 +529,8 @@ def _backward(
     scaled = loss / accumulate if accumulate > 1 else loss
     if not scaled.requires_grad:
         return False
-    scaler = getattr(module._trainer.precision_plugin, "scaler", None)
-    if scaler is not None:
-        scaled = scaler.scale(scaled)
+    if plan.scaler is not None:
+        scaled = plan.scaler.scale(scaled)
     if plan.autocast:
         # Backward passes run outside autocast, as in Lightning's own loop.
         with torch.autocast(module.device.type, enabled=False):
