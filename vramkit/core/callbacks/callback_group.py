@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from types import SimpleNamespace
 from typing import Any
 
 import lightning as L
 
-from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS, implements
+from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS, implements, taken_over_hooks
 
 # Every hook of Lightning's Callback but the per-batch ones and the two state methods.
 PHASE_HOOKS = tuple(
@@ -102,16 +101,19 @@ class CallbackGroup(L.Callback):
             self.load_state_dict(states)
 
 
-def _take_over(callbacks: Sequence[L.Callback], hook: str) -> list[SimpleNamespace]:
+def _take_over(callbacks: Sequence[L.Callback], hook: str) -> list[Any]:
     """``hook`` of each of ``callbacks`` that has one to run, switched off on the callback (None:
-    Lightning passes it over) and kept, bound, for the group to call."""
-    taken = []
+    Lightning passes it over) and kept, bound, for the group to call: the entries hold it
+    (``switch_batch_hook`` in batch_hooks.py switches it there)."""
+    entries = []
     for callback in callbacks:
         bound = getattr(callback, hook)
         if bound is not None and implements(callback, hook):
             setattr(callback, hook, None)
-            taken.append(SimpleNamespace(**{hook: bound}))
-    return taken
+            taken = taken_over_hooks(callback)
+            setattr(taken, hook, bound)
+            entries.append(taken)
+    return entries
 
 
 def _phase_forwarding(hook: str) -> Callable[..., None]:
