@@ -18,6 +18,7 @@ from vramkit.core.callbacks.memory_monitor import MemoryMonitor
 from vramkit.core.callbacks.phase_memory_hygiene import PhaseMemoryHygiene
 from vramkit.core.callbacks.progress_bar import RunProgressBar
 from vramkit.core.callbacks.random_state import RandomState
+from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.callbacks.throughput_monitor import ThroughputMonitor
 from vramkit.core.callbacks.working_set import group_vramkit_callbacks
 
@@ -77,6 +78,28 @@ def test_vramkits_callbacks_become_one_where_the_last_stood():
     assert grouped[2].members == [hygiene, memory, throughput, state]
     assert grouped[3] is checkpoint  # checkpoint callbacks stay registered as they are
     assert group_vramkit_callbacks([lr, hygiene]) == [lr, hygiene]  # one alone: no group
+
+
+def test_the_group_runs_the_batch_hooks_of_vramkits_callbacks_registered_alone(tmp_path):
+    resume = ResumeCheckpoint(
+        dirpath=str(tmp_path / "ckpt"), every_n_train_steps=3, min_interval_s=0
+    )
+    hygiene, memory = PhaseMemoryHygiene(), MemoryMonitor(summary=False)
+    grouped = group_vramkit_callbacks([resume, hygiene, memory])
+    assert grouped[0] is resume  # still registered: Lightning finds it by type
+    group = grouped[1]
+    assert resume.on_train_batch_end is None  # Lightning passes its batch hook over
+    assert group._batch["on_train_batch_end"][-1].on_train_batch_end.__self__ is resume
+    written: list[int] = []
+    original = ResumeCheckpoint._write
+
+    def spy(self: ResumeCheckpoint, trainer: L.Trainer, why: str) -> None:
+        written.append(trainer.global_step)
+        original(self, trainer, why)
+
+    resume._write = spy.__get__(resume)  # type: ignore[method-assign]
+    _fit(tmp_path, grouped, epochs=3)  # 3 epochs of 2 batches: steps 1..6
+    assert 3 in written and 6 in written, written  # the group's call at steps 3 and 6
 
 
 class _CountsSteps(L.Callback):

@@ -199,6 +199,34 @@ def test_the_host_guard_reads_at_most_once_per_interval(tmp_path):
     assert len(reads) == 1  # ten steps, one reading
 
 
+def test_the_host_guard_looks_at_the_clock_only_where_a_reading_may_be_due(monkeypatch):
+    """At 1 ms per step and a 0.5 s interval, the guard looks at the clock on its first two
+    steps (the second gives the pace) and then at most every 64 steps, not on each step; a
+    reading comes once the interval has passed."""
+    now = [0.0]
+    looks: list[float] = []
+
+    def clock() -> float:
+        looks.append(now[0])
+        return now[0]
+
+    monkeypatch.setattr(memory_monitor.time, "monotonic", clock)
+    reads: list[float] = []
+
+    def room() -> HostRoom:
+        reads.append(now[0])
+        return HostRoom(room=9 * GIB, own=GIB, source="fake")
+
+    monitor = MemoryMonitor(summary=False, host_guard_interval_s=0.5)
+    monitor.gauge = HostGauge(HostRoom(room=9 * GIB, own=GIB, source="fake"), 0.9, room)
+    for _ in range(1000):
+        now[0] += 0.001
+        monitor.on_train_batch_end(None, None, None, None, 0)
+    assert len(looks) < 1000 // 32, looks
+    assert reads[0] == pytest.approx(0.001)
+    assert len(reads) == 2 and 0.5 <= reads[1] - reads[0] <= 0.5 + 0.065, reads
+
+
 def test_a_guard_fraction_out_of_range_names_its_key():
     with pytest.raises(ConfigError, match=r"callbacks\.memory_monitor\.host_guard_fraction"):
         MemoryMonitor(host_guard_fraction=1.5)

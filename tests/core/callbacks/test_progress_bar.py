@@ -11,12 +11,15 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from vramkit.core.callbacks.memory_monitor import MemoryMonitor
+from vramkit.core.callbacks.phase_memory_hygiene import PhaseMemoryHygiene
 from vramkit.core.callbacks.progress_bar import (
     RunProgressBar,
     current_learning_rate,
     memory_in_use,
     resident_set_gib,
 )
+from vramkit.core.callbacks.working_set import group_vramkit_callbacks
 
 
 class _Tiny(L.LightningModule):
@@ -36,14 +39,16 @@ class _Tiny(L.LightningModule):
         return DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
 
 
-def _fit(bar: RunProgressBar, max_epochs: int = 2) -> L.Trainer:
+def _fit(
+    bar: RunProgressBar, max_epochs: int = 2, callbacks: list[L.Callback] | None = None
+) -> L.Trainer:
     trainer = L.Trainer(
         accelerator="cpu",
         max_epochs=max_epochs,
         logger=False,
         enable_checkpointing=False,
         enable_model_summary=False,
-        callbacks=[bar],
+        callbacks=callbacks or [bar],
     )
     trainer.fit(_Tiny())
     return trainer
@@ -134,3 +139,25 @@ def test_on_a_console_that_is_no_terminal_the_bar_draws_nothing_and_is_not_calle
     assert moves == []
     assert log_file.getvalue() == "", "a log gets no bar frame (progress_line.py logs instead)"
     assert bar.on_train_batch_end is None, "Lightning calls no batch hook of a disabled bar"
+
+
+def test_a_disabled_bar_in_a_group_is_called_by_neither(monkeypatch):
+    moves: list[int] = []
+    original = RunProgressBar.on_train_batch_end
+
+    def counted(self, trainer, pl_module, outputs, batch, batch_idx):
+        moves.append(batch_idx)
+        original(self, trainer, pl_module, outputs, batch, batch_idx)
+
+    monkeypatch.setattr(RunProgressBar, "on_train_batch_end", counted)
+    bar = RunProgressBar(console_kwargs={"file": io.StringIO()})  # a file: disabled
+    grouped = group_vramkit_callbacks([bar, PhaseMemoryHygiene(), MemoryMonitor(summary=False)])
+    assert grouped[0] is bar and bar.on_train_batch_end is None  # the group runs it
+    _fit(bar, callbacks=grouped)
+    assert bar.is_disabled
+    assert moves == [], "the group calls no batch hook of a disabled bar that moves it"
+    shown = io.StringIO()
+    live = RunProgressBar(console_kwargs={"file": shown, "force_terminal": True, "width": 200})
+    _fit(live, callbacks=group_vramkit_callbacks([live, PhaseMemoryHygiene(), MemoryMonitor()]))
+    assert moves, "an enabled bar's hook runs, from the group"
+    assert "lr: 1.23e-02" in shown.getvalue()

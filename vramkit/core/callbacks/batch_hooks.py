@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import lightning as L
 
 PER_BATCH_HOOKS = (
@@ -23,3 +25,29 @@ PER_BATCH_HOOKS = (
 def implements(callback: L.Callback, hook: str) -> bool:
     """Whether ``callback``'s class overrides ``Callback``'s empty ``hook``."""
     return getattr(type(callback), hook) is not getattr(L.Callback, hook)
+
+
+TAKEN_OVER = "_batch_hooks_taken_over"
+"""Attribute of a registered callback whose per-batch hooks a ``CallbackGroup`` runs: the
+hooks it runs, bound (callback_group.py)."""
+
+
+def taken_over_hooks(callback: L.Callback) -> SimpleNamespace:
+    """Where a ``CallbackGroup`` keeps the per-batch hooks of ``callback`` that it runs."""
+    taken = callback.__dict__.get(TAKEN_OVER)
+    if taken is None:
+        taken = callback.__dict__[TAKEN_OVER] = SimpleNamespace()
+    return taken
+
+
+def switch_batch_hook(callback: L.Callback, hook: str, on: bool) -> None:
+    """Switch the per-batch ``hook`` that ``callback``'s class implements on or off, where it is
+    called: by the ``CallbackGroup`` that took it over, else by Lightning (which passes over a
+    hook that is None on the callback: working_set.py)."""
+    taken = callback.__dict__.get(TAKEN_OVER)
+    if taken is not None and hook in vars(taken):
+        setattr(taken, hook, getattr(type(callback), hook).__get__(callback) if on else None)
+    elif on:
+        callback.__dict__.pop(hook, None)
+    else:
+        setattr(callback, hook, None)

@@ -8,7 +8,7 @@ from typing import Any
 
 import lightning as L
 
-from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS, implements
+from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS, implements, taken_over_hooks
 
 # Every hook of Lightning's Callback but the per-batch ones and the two state methods.
 PHASE_HOOKS = tuple(
@@ -33,22 +33,45 @@ class CallbackGroup(L.Callback):
     implement it, in their order; a member can switch a per-batch hook off for the rest of the
     run by setting it to None on itself, as it could registered alone (working_set.py).
 
+    Callbacks that Lightning finds by type (the progress bar, a checkpoint) stay registered on
+    their own, but the group can run their per-batch hooks too (``leading`` before the
+    members', ``trailing`` after): each such hook is then None on the callback itself, so
+    Lightning passes it over, and one group hook call per batch does the work of several.
+    Their other hooks Lightning calls as before.
+
     A checkpoint holds the members' states under the group's key, each under its own key; a
     checkpoint written before the group (each member's state at the top level) still restores
     them. With a profiler (``trainer.profiler=simple``) the members' hooks show as the group's.
 
     Args:
         members: the callbacks, in the order their hooks run.
+        leading: registered callbacks whose per-batch hooks run before the members'.
+        trailing: registered callbacks whose per-batch hooks run after the members'.
     """
 
-    def __init__(self, members: Sequence[L.Callback]) -> None:
+    # Callback.state_key's value, as a plain attribute: Lightning reads it at every hook call
+    # (its profiler's action name), and the property is a Python call each time.
+    state_key = "CallbackGroup"
+
+    def __init__(
+        self,
+        members: Sequence[L.Callback],
+        leading: Sequence[L.Callback] = (),
+        trailing: Sequence[L.Callback] = (),
+    ) -> None:
         self.members = list(members)
         self._phase: dict[str, list[Callable[..., Any]]] = {
             hook: [getattr(member, hook) for member in self.members if implements(member, hook)]
             for hook in PHASE_HOOKS
         }
-        self._batch: dict[str, list[L.Callback]] = {
-            hook: [member for member in self.members if implements(member, hook)]
+        # Each entry has the hook as an attribute: a member itself (its hook looked up at each
+        # call, so a member can switch it off), or the hooks taken over from a registered one.
+        self._batch: dict[str, list[Any]] = {
+            hook: [
+                *_take_over(leading, hook),
+                *(member for member in self.members if implements(member, hook)),
+                *_take_over(trailing, hook),
+            ]
             for hook in PER_BATCH_HOOKS
         }
         for hook, implementers in self._batch.items():
@@ -76,6 +99,21 @@ class CallbackGroup(L.Callback):
         states = checkpoint.get("callbacks") or {}
         if self.state_key not in states:
             self.load_state_dict(states)
+
+
+def _take_over(callbacks: Sequence[L.Callback], hook: str) -> list[Any]:
+    """``hook`` of each of ``callbacks`` that has one to run, switched off on the callback (None:
+    Lightning passes it over) and kept, bound, for the group to call: the entries hold it
+    (``switch_batch_hook`` in batch_hooks.py switches it there)."""
+    entries = []
+    for callback in callbacks:
+        bound = getattr(callback, hook)
+        if bound is not None and implements(callback, hook):
+            setattr(callback, hook, None)
+            taken = taken_over_hooks(callback)
+            setattr(taken, hook, bound)
+            entries.append(taken)
+    return entries
 
 
 def _phase_forwarding(hook: str) -> Callable[..., None]:

@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 
 PHASES = ("train", "val", "test")
 
+# At most this many training steps between two looks of the host-memory guard at the clock: a
+# run whose steps suddenly slow down is read at most that many (slow) steps late.
+_MAX_STEPS_UNLOOKED = 64
+
 EXIT_HOST_MEMORY = 4
 """Exit status of a run the host-memory guard stopped (2: refused, 3: diverged)."""
 
@@ -125,6 +129,9 @@ class MemoryMonitor(L.Callback):
         self.settings = MemoryMonitorSettings.from_node(settings, node="callbacks.memory_monitor")
         self.gauge: HostGauge | None = None  # set at the start of fit when the guard is on
         self._read_at = -math.inf  # time.monotonic() of the guard's last reading
+        self._steps = 0  # training steps the guard has seen
+        self._next_look = 0  # the step at which it next looks at the clock
+        self._looked_at, self._looked_step = -math.inf, 0  # its last look: clock, step
         self.records = {phase: _PhaseRecord() for phase in PHASES}
         self._epoch: dict[str, MemoryReading | None] = dict.fromkeys(PHASES)
         self._workers = dict.fromkeys(PHASES, 0)  # loader processes of each phase
@@ -160,13 +167,22 @@ class MemoryMonitor(L.Callback):
     ) -> None:
         if self.gauge is None:
             return
-        now = time.monotonic()
-        if now - self._read_at < self.settings.host_guard_interval_s:
+        # A step count first: the clock is looked at only on the steps where a reading may be
+        # due, at the pace of the steps since the last look (a step only compares two ints).
+        self._steps += 1
+        if self._steps < self._next_look:
             return
-        self._read_at = now
-        used = self.gauge.used()
-        if used is not None and used > self.gauge.limit:
-            self._stop_for_memory(trainer, used)
+        now = time.monotonic()
+        pace = (now - self._looked_at) / (self._steps - self._looked_step)  # s per step
+        self._looked_at, self._looked_step = now, self._steps
+        interval = self.settings.host_guard_interval_s
+        wait = self._read_at + interval - now
+        if wait <= 0:
+            self._read_at, wait = now, interval
+            used = self.gauge.used()
+            if used is not None and used > self.gauge.limit:
+                self._stop_for_memory(trainer, used)
+        self._next_look = self._steps + max(1, min(_MAX_STEPS_UNLOOKED, int(wait / pace)))
 
     def _stop_for_memory(self, trainer: L.Trainer, used: int) -> None:
         gauge = self.gauge

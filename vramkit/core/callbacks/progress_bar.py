@@ -11,6 +11,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import RichProgressBar
 
+from vramkit.core.callbacks.batch_hooks import switch_batch_hook
 from vramkit.core.callbacks.console_output import console_is_live
 from vramkit.core.hardware.memory_stats import read_host_memory
 from vramkit.core.units import GIB, gib
@@ -44,6 +45,11 @@ def current_learning_rate(trainer: L.Trainer) -> float | None:
     if not optimizers or not optimizers[0].param_groups:
         return None
     return float(optimizers[0].param_groups[0]["lr"])
+
+
+# The per-batch hooks that move the bar: a disabled bar switches them off. It keeps reading
+# the rate each step used (on_before_optimizer_step): its get_metrics shows it.
+_BATCH_HOOKS = ("on_train_batch_end", "on_validation_batch_end")
 
 
 class RunProgressBar(RichProgressBar):
@@ -110,13 +116,11 @@ class RunProgressBar(RichProgressBar):
         self._total_steps = trainer.estimated_stepping_batches  # of the whole fit, from step 0
         self._cached = None
         self._last_step_lr = None
-        # Lightning calls a callback's batch hook on every batch, about 10 us even when it
-        # returns at once, unless the hook is not callable (working_set.py): a disabled bar
-        # has nothing to move.
-        if self.is_enabled:
-            self.__dict__.pop("on_train_batch_end", None)
-        else:
-            self.on_train_batch_end = None  # type: ignore[method-assign,assignment]
+        # Lightning (or the CallbackGroup that runs them) calls a callback's batch hooks on
+        # every batch, about 10 us even when they return at once, unless switched off
+        # (batch_hooks.py): a disabled bar has nothing to move.
+        for hook in _BATCH_HOOKS:
+            switch_batch_hook(self, hook, on=self.is_enabled)
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer

@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import lightning as L
 import torch
@@ -118,14 +118,11 @@ def step_clock_for(device: torch.device) -> StepClock:
     return CudaEventClock() if device.type == "cuda" else WallClock()
 
 
-class _PendingStep(NamedTuple):
-    """A training step's marks, kept until they have completed (a tuple: one per step)."""
-
-    before: Any  # end of the previous step, or start of the training segment
-    start: Any  # on_train_batch_start
-    end: Any  # on_train_batch_end
-    samples: int
-    measured: bool  # false for the warm-up step that also counted FLOPs
+# A training step's marks, kept until they have completed: (before: end of the previous step
+# or start of the training segment, start: on_train_batch_start, end: on_train_batch_end,
+# samples, measured: false for the warm-up step that also counted FLOPs). A plain tuple, one
+# per step: a NamedTuple's constructor is a Python function.
+_PendingStep = tuple[Any, Any, Any, int, bool]
 
 
 @dataclass
@@ -142,11 +139,12 @@ class _TrainTotals:
     samples: int = 0
     batches: int = 0
 
-    def add(self, iteration: float, wait: float, samples: int) -> None:
-        self.seconds += iteration
+    def add(self, seconds: float, wait: float, samples: int, batches: int) -> None:
+        """Add ``batches`` steps that took ``seconds`` (s), ``wait`` of them waiting for data."""
+        self.seconds += seconds
         self.wait_seconds += wait
         self.samples += samples
-        self.batches += 1
+        self.batches += batches
 
     def plus(self, other: _TrainTotals) -> _TrainTotals:
         """The totals of both spans."""
@@ -293,7 +291,7 @@ class ThroughputMonitor(L.Callback):
             self._stop_counting_flops()
         self._steps_seen += 1
         self._pending.append(
-            _PendingStep(
+            (
                 self._prev_end,
                 self._step_start,
                 end,
@@ -388,18 +386,26 @@ class ThroughputMonitor(L.Callback):
 
     def _resolve(self, block: bool) -> None:
         """Turn completed marks into times; without ``block`` stop at the first incomplete one."""
-        clock, pending = self._clock, self._pending
+        # Once per logged window, a pass over its steps: sums in locals, added once.
+        ready, seconds, pending = self._clock.ready, self._clock.seconds, self._pending
+        steps = self._window_steps
+        total = wait = 0.0
+        samples_total = batches = 0
         while pending:
             before, start, end, samples, measured = pending[0]
-            if not block and not clock.ready(end):
+            if not block and not ready(end):
                 break
             pending.popleft()
             if not measured:
                 continue
-            iteration = clock.seconds(before, end)
-            wait = clock.seconds(before, start)
-            self._window.add(iteration, wait, samples)
-            self._window_steps.append(iteration)
+            iteration = seconds(before, end)
+            total += iteration
+            wait += seconds(before, start)
+            samples_total += samples
+            batches += 1
+            steps.append(iteration)
+        if batches:
+            self._window.add(total, wait, samples_total, batches)
         while self._pending_validation:
             span = self._pending_validation[0]
             if not block and not self._clock.ready(span.end):

@@ -101,7 +101,21 @@ def group_vramkit_callbacks(callbacks: list[L.Callback]) -> list[L.Callback]:
         return callbacks
     last = max(callbacks.index(member) for member in members)
     others = [callback for callback in callbacks[:last] if callback not in members]
-    return [*others, CallbackGroup(members), *callbacks[last + 1 :]]
+    # vramkit's callbacks registered on their own: the group runs their per-batch hooks, in
+    # Lightning's order (it moves the checkpoint callbacks last: _reorder_callbacks in
+    # lightning/pytorch/trainer/connectors/callback_connector.py).
+    own = [
+        callback
+        for callback in callbacks
+        if type(callback).__module__.startswith("vramkit.")
+        and callback not in members
+        and not isinstance(callback, CallbackGroup)
+    ]
+    checkpoints = [c for c in own if isinstance(c, Checkpoint)]
+    leading = [c for c in own if callbacks.index(c) < last and c not in checkpoints]
+    trailing = [c for c in own if c not in leading and c not in checkpoints] + checkpoints
+    group = CallbackGroup(members, leading=leading, trailing=trailing)
+    return [*others, group, *callbacks[last + 1 :]]
 
 
 def callbacks_of_type(trainer: L.Trainer, kind: type[T]) -> list[T]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import resource
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,11 +184,12 @@ def _kib_field(path: Path, name: str) -> int | None:
         text = path.read_text()
     except OSError:
         return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key == name:
-            number, unit = value.split()
-            if unit != "kB":
-                raise ValueError(f"{path}: {name} is in {unit!r}, expected kB")
-            return int(number) * 1024
-    return None
+    # One regular-expression search, not a Python loop over the file's ~50 lines: the
+    # host-memory guard reads three such fields at a training step boundary.
+    found = re.search(rf"^{re.escape(name)}:\s*(\d+)\s+(\S+)\s*$", text, re.MULTILINE)
+    if found is None:
+        return None
+    number, unit = found.groups()
+    if unit != "kB":
+        raise ValueError(f"{path}: {name} is in {unit!r}, expected kB")
+    return int(number) * 1024

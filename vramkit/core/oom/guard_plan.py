@@ -46,6 +46,7 @@ class GuardPlan:
     ddp: DistributedDataParallel | None  # the DDP wrapper of a multi-process run, else None
     trainable: tuple[torch.nn.Parameter, ...]  # parameters that receive gradients
     autocast: bool  # steps run under the precision plugin's autocast (mixed precision)
+    scaler: Any  # the precision plugin's GradScaler (16-mixed), else None
     arrivals: GradArrivals | None  # installed while gradients accumulate over batches
 
     @classmethod
@@ -71,6 +72,7 @@ class GuardPlan:
             ddp=ddp,
             trainable=trainable,
             autocast=isinstance(trainer.precision_plugin, MixedPrecision),
+            scaler=getattr(trainer.precision_plugin, "scaler", None),
             arrivals=arrivals,
         )
 

@@ -30,7 +30,7 @@ from vramkit.core.oom.batch_split import slice_batch
 from vramkit.core.oom.ddp_touch import touch_every_parameter
 from vramkit.core.oom.give_up import give_up
 from vramkit.core.oom.grad_arrivals import GradArrivals
-from vramkit.core.oom.log_buffer import LogBuffer
+from vramkit.core.oom.log_buffer import HeldCalls, LogBuffer
 from vramkit.core.oom.policy import Action, decide
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class OOMRecoveryState:
     skip_zero_grad: bool = False  # the step zeroed the gradients itself, before its backward
     backward_done: bool = False  # the step accumulated its gradients; Lightning's pass only syncs
     depth: int = 0  # > 0 inside a guarded step (a subclass calling super() is not guarded twice)
-    log_buffer: LogBuffer | None = None  # where self.log calls go while a micro-batch runs
+    log_buffer: LogBuffer | HeldCalls | None = None  # where self.log calls go while a step runs
     plan: GuardPlan | None = field(default=None, repr=False)  # this epoch's facts (guard_plan.py)
 
 
@@ -468,8 +468,7 @@ def train_whole_batch(
     state.skip_zero_grad = state.backward_done = False
     zero_grads_now(module, batch_idx)
     state.skip_zero_grad = True
-    logs = LogBuffer()
-    logs.start(samples)
+    logs = HeldCalls()
     state.log_buffer = logs
     failed = False
     try:
@@ -487,7 +486,6 @@ def train_whole_batch(
     if failed:
         zero_grads_now(module, batch_idx)
         return OUT_OF_MEMORY
-    logs.commit()
     logs.replay(lightning_log(module))
     if loss is None:
         return None
@@ -531,9 +529,8 @@ def _backward(
     scaled = loss / accumulate if accumulate > 1 else loss
     if not scaled.requires_grad:
         return False
-    scaler = getattr(module._trainer.precision_plugin, "scaler", None)
-    if scaler is not None:
-        scaled = scaler.scale(scaled)
+    if plan.scaler is not None:
+        scaled = plan.scaler.scale(scaled)
     if plan.autocast:
         # Backward passes run outside autocast, as in Lightning's own loop.
         with torch.autocast(module.device.type, enabled=False):

@@ -93,6 +93,22 @@ class LogBuffer:
             log(name, value, **options)
 
 
+class HeldCalls(list[tuple[str, Any, tuple[Any, ...], dict[str, Any]]]):
+    """The ``self.log`` calls of a training step that runs whole, as one batch: logged as they
+    were made once it completes (:meth:`replay`), forgotten if it ran out of memory. What
+    :class:`LogBuffer` does for one micro-batch, without its bookkeeping for merging several
+    (about 60 bytecodes per step, opcode tracing of ``benchmarks/step_overhead.py``)."""
+
+    def record(self, name: str, value: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Hold back one ``log(name, value, *args, **kwargs)`` call."""
+        self.append((name, value, args, kwargs))
+
+    def replay(self, log: Callable[..., None]) -> None:
+        """Send the held calls to ``log`` (the module's real ``log``), in their order."""
+        for name, value, args, kwargs in self:
+            log(name, value, *args, **kwargs)
+
+
 def _merge(calls: list[_Call]) -> tuple[Any, dict[str, Any]] | None:
     if not all(isinstance(call.value, (torch.Tensor, int, float)) for call in calls):
         return None
