@@ -12,6 +12,7 @@ from vramkit.core.callbacks.stop_signals import (
     RunStopped,
     StopSignals,
     parse_signals,
+    stops_at_once,
     submitit_preempt_signal,
 )
 
@@ -114,3 +115,19 @@ def test_submitit_and_lightning_requeue_on_different_signals(tmp_path):
     sbatch = _make_sbatch_string(command="python x.py", folder=tmp_path, signal_delay_s=120)
     assert "#SBATCH --signal=USR2@120" in sbatch
     assert SLURMEnvironment().requeue_signal == signal.SIGUSR1
+
+
+def test_a_stop_a_library_wraps_in_its_own_error_is_still_the_stop():
+    # A SIGTERM during `import onnxruntime` (export) came out as its ImportError, exit 1.
+    with pytest.raises(RunStopped) as stop, stops_at_once(lambda received: f"{received.name}"):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except RunStopped as error:
+            raise ImportError("the library's own error") from error
+    assert stop.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is not None
+
+
+def test_an_error_without_a_signal_passes_through_stops_at_once():
+    with pytest.raises(ImportError), stops_at_once(lambda received: f"{received.name}"):
+        raise ImportError("not a stop")

@@ -189,6 +189,14 @@ def stops_at_once(stopped: Callable[[signal.Signals], str]) -> Iterator[None]:
     except RunStopped as stop:
         log.warning("%s", stop)
         raise
+    except BaseException:
+        if not received:
+            raise
+        # The stop raised inside a library that wrapped it in an error of its own (an
+        # interrupted `import onnxruntime` re-raises its import error from it): still the stop.
+        stop = RunStopped(received[0], stopped(received[0]))
+        log.warning("%s", stop)
+        raise stop from None
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
