@@ -154,3 +154,29 @@ def test_gpt2_conv1d_layers_become_equal_linear_layers_that_lora_and_qlora_see()
     )
     adapted = {n.split(".")[-4] for n, p in module.named_parameters() if p.requires_grad}
     assert adapted == {"c_attn"}
+
+
+def _prepared_qlora_dtypes(device: str) -> dict[str, torch.dtype]:
+    from vramkit.tasks.causal_lm.finetune import apply_finetune, lora_settings, qlora_settings
+    from vramkit.tasks.causal_lm.lm_builder import build_causal_lm
+
+    with torch.device(device):
+        model = build_causal_lm(config="llama", config_overrides=TINY_LLAMA).to(torch.bfloat16)
+        model = apply_finetune(
+            model, "qlora", lora_settings({"r": 4}), qlora_settings({"compute_dtype": "bfloat16"})
+        )
+    return {
+        name: p.dtype
+        for name, p in model.named_parameters()
+        if "lora_" not in name and p.dtype != torch.uint8
+    }
+
+
+def test_qlora_prepares_the_model_for_kbit_training_in_the_run_and_in_the_plan_alike():
+    # peft's prepare_model_for_kbit_training: norms, embeddings and lm_head of a bf16 model in fp32.
+    pytest.importorskip("bitsandbytes", reason="model.finetune=qlora needs bitsandbytes")
+    run = _prepared_qlora_dtypes("cpu")
+    assert run == _prepared_qlora_dtypes("meta")
+    assert run and set(run.values()) == {torch.float32}
+    assert any(name.endswith("lm_head.weight") for name in run)
+    assert any(name.endswith("model.norm.weight") for name in run)

@@ -11,6 +11,12 @@ model, every Linear layer but the output layer (``lm_head``) is quantized (trans
 
 On the meta device (the memory planner's build) nothing can be quantized: the layers become
 `PlannedQuantizedLinear` stand-ins that hold and allocate what bitsandbytes' layers do.
+
+A ``qlora`` model is then prepared as peft's QLoRA recipe prepares it, between quantization and
+the adapters (``prepare_model_for_kbit_training``, peft ``utils/other.py``): every parameter
+frozen and every fp16/bf16 one that is not a 4-bit weight (norms, embeddings, ``lm_head``,
+biases) cast to fp32, by `kbit_preparation.prepare_for_kbit_training`, which does the same to the
+real model and to the planner's, so that plan and run hold the same dtypes.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import closest, source_of
 from vramkit.core.optional_dependency import import_optional
 from vramkit.core.quantization.bnb_layers import quantize_linears
+from vramkit.core.quantization.kbit_preparation import prepare_for_kbit_training
 from vramkit.core.quantization.planned_linear import plan_quantized_linears
 
 METHODS = ("full", "lora", "qlora")
@@ -192,8 +199,9 @@ def apply_finetune(
     model: nn.Module, method: str, lora: LoraSettings, qlora: QLoraSettings
 ) -> nn.Module:
     """`model` ready for `method`: unchanged for ``full``; frozen with LoRA adapters (peft) for
-    ``lora``; for ``qlora`` its base Linear layers stored in 4 bits first. Under both, GPT-2's
-    ``Conv1D`` layers become the equal Linear layers first (`conv1d_as_linear`)."""
+    ``lora``; for ``qlora`` its base Linear layers stored in 4 bits and the model prepared for
+    k-bit training first (`prepare_for_kbit_training`). Under both, GPT-2's ``Conv1D`` layers
+    become the equal Linear layers first (`conv1d_as_linear`)."""
     if check_method(method) == "full":
         return model
     peft = import_optional("peft", extra="nlp", purpose=f"model.finetune={method}")
@@ -201,6 +209,10 @@ def apply_finetune(
     check_target_modules(model, lora)
     if method == "qlora":
         quantize_base(model, qlora)
+        # peft adds its input-grad hook only for reentrant checkpointing ("When having
+        # `use_reentrant=False` + gradient_checkpointing, there is no need for this hack");
+        # vramkit's checkpointing is non-reentrant (module._enable_checkpointing).
+        prepare_for_kbit_training(model, gradient_checkpointing=False)
     config = peft.LoraConfig(
         task_type=peft.TaskType.CAUSAL_LM,
         r=lora.r,
