@@ -287,17 +287,24 @@ def _replay(case: dict[str, Any]) -> dict[str, Any]:
             row["predicted_exceeds"] = predicted > measured
         else:
             row["error_pct"] = round(100.0 * (predicted - measured) / measured, 1)
+            if plan.llm_activation_allowance:
+                # What the plan would read without the allowance's bytes (its reserve not
+                # re-modelled): how much of the agreement the allowance carries.
+                bare = predicted - plan.llm_activation_allowance
+                row["error_without_allowance_pct"] = round(100.0 * (bare - measured) / measured, 1)
         comparisons.append(row)
     result: dict[str, Any] = {
         "id": case["id"],
         "method": case.get("method"),
         "source": case["source"].get("url") or case["source"]["repo"],
+        "source_repo": case["source"].get("repo"),
         "transformers": _installed_transformers(),
         "gpu": case["gpu"]["name"],
         "settings": _settings(case),
         "peak_at": plan.peak_at,
         "attention_kernels": list(plan.attention_kernels),
         "bitsandbytes_rules": plan.bitsandbytes.version if plan.bitsandbytes else None,
+        "llm_allowance_gib": round(plan.llm_activation_allowance / GIB, 3),
         "comparisons": comparisons,
     }
     oom = case.get("oom")
@@ -344,15 +351,17 @@ def _signed(errors: list[float]) -> dict[str, Any]:
     }
 
 
-def by_method(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Signed errors of the LLM fine-tuning cases (those with a `method`), per method and all."""
+def by_method(results: list[dict[str, Any]], key: str = "method") -> dict[str, Any]:
+    """Signed errors of the LLM fine-tuning cases (those with a `method`), per `key` of their
+    results (``method``, or ``source_repo``: which project published them) and all."""
     groups: dict[str, list[float]] = {}
     for result in results:
         if not result.get("method"):
             continue
         for row in result["comparisons"]:
             if "error_pct" in row:
-                groups.setdefault(result["method"], []).append(row["error_pct"])
+                if result.get(key) is not None:
+                    groups.setdefault(result[key], []).append(row["error_pct"])
                 groups.setdefault("all", []).append(row["error_pct"])
     return {name: _signed(errors) for name, errors in sorted(groups.items())}
 
@@ -388,6 +397,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         "oom_lower_bounds_exceeded": sum(bounds),
         "oom_lower_bounds": len(bounds),
         "llm_by_method": by_method(results),
+        "llm_by_source": by_method(results, "source_repo"),
         "under_plan_limit_pct": UNDER_PLAN_LIMIT_PCT,
         "target_median_abs_error_pct": TARGET_MEDIAN_PCT,
         "target_worst_abs_error_pct": TARGET_WORST_PCT,
@@ -443,7 +453,9 @@ def table(results: list[dict[str, Any]], summary: dict[str, Any]) -> str:
                 f"{kind}: median |error| {stats['median_abs_error_pct']}%, worst "
                 f"{stats['worst_abs_error_pct']}% over {stats['count']} figures"
             )
-    for method, stats in summary["llm_by_method"].items():
+    llm_groups = [*summary["llm_by_method"].items()]
+    llm_groups += [(f"from {name}", stats) for name, stats in summary["llm_by_source"].items()]
+    for method, stats in [group for group in llm_groups if group[0] != "from all"]:
         signed = f"median signed {stats['median_signed_error_pct']:+.1f}%"
         lowest = f"lowest {stats['lowest_signed_error_pct']:+.1f}%"
         under = f"under-planned by more than {-UNDER_PLAN_LIMIT_PCT:.0f}%"

@@ -143,3 +143,35 @@ def test_llm_errors_are_reported_signed_per_method() -> None:
     assert groups["all"]["count"] == 3 and groups["all"]["median_signed_error_pct"] == -4.0
     text = planner_field.table([], planner_field.summarize(results))
     assert "LLM qlora" in text and "-8.5%" in text
+
+
+def test_llm_errors_are_reported_signed_per_source() -> None:
+    results = [
+        {
+            "method": "lora",
+            "source_repo": "a/x",
+            "comparisons": [{"kind": "max_allocated", "error_pct": -6.0}],
+        },
+        {
+            "method": "qlora",
+            "source_repo": "b/y",
+            "comparisons": [{"kind": "max_allocated", "error_pct": 2.0}],
+        },
+        {
+            "method": "full",
+            "source_repo": "b/y",
+            "comparisons": [{"kind": "max_allocated", "error_pct": 4.0}],
+        },
+    ]
+    groups = planner_field.by_method(results, "source_repo")
+    assert set(groups) == {"all", "a/x", "b/y"}
+    assert groups["a/x"]["under_planned_beyond_limit"] == 1
+    assert groups["b/y"]["median_signed_error_pct"] == 3.0
+    assert "LLM from b/y" in planner_field.table([], planner_field.summarize(results))
+
+
+def test_the_llm_cases_come_from_more_than_one_project() -> None:
+    # A correction tuned on one project's tables need not carry over to another's.
+    sources = [case["source"]["repo"] for case in LLM_CASES]
+    assert len(set(sources)) >= 2
+    assert sum(source != "Lightning-AI/litgpt" for source in sources) >= 7
