@@ -22,6 +22,19 @@ first upcasts them to fp32 (`ForCausalLMLoss`: ``logits = logits.float()``).
 logits live through its backward and the optimizer step until the next forward returns
 (finetune/lora.py lines 216-220 of Lit-GPT commit 8641822).
 
+``lm_head_chunk_tokens`` applies the output layer to chunks of that many positions and computes
+one unreduced cross entropy per chunk, as LitGPT does (``GPT.forward(lm_head_chunk_size=128)``
+in lit_gpt/lora.py and ``chunked_cross_entropy`` in lit_gpt/utils.py of commit 8641822): the
+backward of the loss then holds one chunk's gradients at a time, not the whole [B, T, V].
+``output_dtype`` casts the logits the model returns, as Lightning Fabric's precision plugins do
+to every floating-point output of a module set up with ``fabric.setup_module``:
+``_FabricModule.forward`` calls ``precision.convert_output``, which for ``bf16-true``
+(`HalfPrecision`, src/lightning/fabric/plugins/precision/half.py) and for
+`BitsandbytesPrecision` (.../precision/bitsandbytes.py) casts to ``torch.get_default_dtype()``,
+fp32. So LitGPT's logits are fp32 from the model's return on: the bf16 chunks and their fp32
+copies are both live as the forward returns, and the kept logits and the loss' saved
+log-softmax are fp32.
+
 ``keep_dtypes`` keeps every tensor's dtype when the planner makes the model fake (a recipe
 trained under ``bf16-mixed`` whose base weights are bf16 and adapters fp32); otherwise the
 precision decides, as Lightning's ``*-true`` precisions do.
@@ -70,12 +83,16 @@ class LLMReplicaModule(HFModelModule):
         keep_dtypes: bool = False,
         loss_in_logits_dtype: bool = False,
         logits_kept_to_next_step: bool = False,
+        lm_head_chunk_tokens: int = 0,
+        output_dtype: str | None = None,
         **hf_module: Any,
     ) -> None:
         super().__init__(**hf_module)
         self.loss_in_logits_dtype = loss_in_logits_dtype
         self.logits_kept_to_next_step = logits_kept_to_next_step
-        self.kept_logits: torch.Tensor | None = None
+        self.lm_head_chunk_tokens = lm_head_chunk_tokens
+        self.output_dtype = DTYPES[output_dtype] if output_dtype else None
+        self.kept_logits: list[torch.Tensor] | None = None
         model = self.model
         if load_dtype is not None:
             model.to(DTYPES[load_dtype])
@@ -91,16 +108,41 @@ class LLMReplicaModule(HFModelModule):
         if not self.loss_in_logits_dtype:
             return super()._step(batch, phase)
         inputs = {key: batch[key] for key in ("input_ids", "attention_mask") if key in batch}
-        logits = self.model(**inputs).logits
+        chunks = self._logit_chunks(inputs)
+        if self.output_dtype is not None:
+            # Fabric's `convert_output`: every chunk is cast while the list of bf16 ones is
+            # still referenced, so both are live as the forward returns.
+            chunks = [chunk.to(self.output_dtype) for chunk in chunks]
         if self.logits_kept_to_next_step:
             # Replaced only now, after the forward, as the recipe's loop variable is.
-            self.kept_logits = logits
+            self.kept_logits = chunks
         labels = batch["labels"]
         # Next-token targets shifted on the label side: the logits are not copied.
         targets = torch.cat([labels[:, 1:], labels.new_full((labels.shape[0], 1), -100)], dim=1)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+        if self.lm_head_chunk_tokens:
+            # `chunked_cross_entropy`: one unreduced loss per chunk, then their mean.
+            parts = targets.split(self.lm_head_chunk_tokens, dim=1)
+            losses = [
+                F.cross_entropy(chunk.flatten(0, 1), part.flatten(), reduction="none")
+                for chunk, part in zip(chunks, parts, strict=True)
+            ]
+            loss = torch.cat(losses).mean()
+        else:
+            (logits,) = chunks
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
         self.log(f"{phase}/loss", loss.detach(), batch_size=labels.shape[0])
         return loss
+
+    def _logit_chunks(self, inputs: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        """The logits, whole or as LitGPT's ``lm_head_chunk_size`` makes them ([B, n, V] each)."""
+        if not self.lm_head_chunk_tokens:
+            return [self.model(**inputs).logits]
+        causal_lm = (
+            self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        )
+        hidden = causal_lm.get_decoder()(**inputs).last_hidden_state
+        head = causal_lm.get_output_embeddings()
+        return [head(part) for part in hidden.split(self.lm_head_chunk_tokens, dim=1)]
 
 
 def _quantize(model: nn.Module, settings: dict[str, Any]) -> None:

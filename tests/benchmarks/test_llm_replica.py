@@ -159,6 +159,38 @@ def test_logits_kept_to_the_next_step_stay_at_the_backward_peak():
     assert held.allocated["activations"] - freed.allocated["activations"] >= logits
 
 
+def _litgpt_loss(**llm) -> dict:
+    case = _with(
+        run__precision="bf16-true",
+        model__llm__kbit_preparation=False,
+        model__llm__quantization=None,
+        model__llm__loss_in_logits_dtype=True,
+        model__llm__logits_kept_to_next_step=True,
+    )
+    case["model"]["llm"].update(llm)
+    return case
+
+
+def test_fabric_s_fp32_outputs_hold_more_logits_bytes_than_bf16_ones():
+    """Fabric casts the model's outputs to fp32 (`convert_output`): the kept logits alone are
+    2 bytes per element more than bf16 ones, and the bf16 chunks are live beside them as the
+    forward returns."""
+    bf16 = _plan(_litgpt_loss(lm_head_chunk_tokens=16))
+    fp32 = _plan(_litgpt_loss(lm_head_chunk_tokens=16, output_dtype="float32"))
+    logits = 2 * SEQ * VOCAB  # batch 2
+    assert fp32.peak - bf16.peak >= 2 * logits
+
+
+def test_litgpt_s_chunked_loss_frees_the_whole_logits_gradient():
+    """One chunk's gradients at a time in the backward of LitGPT's chunked cross entropy: the
+    peak is lower than with one cross entropy over all positions, by at least one [B, T, V]
+    fp32 gradient less half a chunk."""
+    whole = _plan(_litgpt_loss(output_dtype="float32"))
+    chunked = _plan(_litgpt_loss(lm_head_chunk_tokens=16, output_dtype="float32"))
+    logits = 2 * SEQ * VOCAB  # batch 2
+    assert whole.peak - chunked.peak >= 4 * logits // 2
+
+
 def test_an_adapter_fine_tune_carries_the_llm_activation_allowance_and_says_so():
     qlora = _plan(TINY)
     share = qlora.allocated[LLM_ALLOWANCE]
