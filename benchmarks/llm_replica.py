@@ -28,12 +28,12 @@ in lit_gpt/lora.py and ``chunked_cross_entropy`` in lit_gpt/utils.py of commit 8
 backward of the loss then holds one chunk's gradients at a time, not the whole [B, T, V].
 ``output_dtype`` casts the logits the model returns, as Lightning Fabric's precision plugins do
 to every floating-point output of a module set up with ``fabric.setup_module``:
-``_FabricModule.forward`` calls ``precision.convert_output``, which for ``bf16-true``
-(`HalfPrecision`, src/lightning/fabric/plugins/precision/half.py) and for
-`BitsandbytesPrecision` (.../precision/bitsandbytes.py) casts to ``torch.get_default_dtype()``,
-fp32. So LitGPT's logits are fp32 from the model's return on: the bf16 chunks and their fp32
-copies are both live as the forward returns, and the kept logits and the loss' saved
-log-softmax are fp32.
+``_FabricModule.forward`` (src/lightning/fabric/wrappers.py) calls ``precision.convert_output``,
+which for ``bf16-true`` (`HalfPrecision`, src/lightning/fabric/plugins/precision/half.py) and
+for `BitsandbytesPrecision` (.../precision/bitsandbytes.py) casts to
+``torch.get_default_dtype()``, fp32. So LitGPT's logits are fp32 from the model's return on:
+the bf16 chunks and their fp32 copies are both live as the forward returns, and the kept logits
+and the loss' saved log-softmax are fp32.
 
 ``keep_dtypes`` keeps every tensor's dtype when the planner makes the model fake (a recipe
 trained under ``bf16-mixed`` whose base weights are bf16 and adapters fp32); otherwise the
