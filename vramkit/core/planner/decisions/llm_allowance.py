@@ -39,7 +39,7 @@ LoRA gap on phi-1.5 and StableLM 3B and 10% on Llama 2 7B, whose logits are a sm
 
 What is left (the plan without the allowance reads below the measurement by): for LoRA 0.075-0.104
 of the traced activations, the same share at micro-batch 1, 2 and 4 (so it grows with the tokens,
-not the model states or the allocator's per-block rounding, which would not scale), 1.5-2.1 bf16
+not the model states or the allocator's per-block rounding, which would not scale), 1.2-2.1 bf16
 vectors of the model width per token per layer; for QLoRA 0.11-0.19, whose excess over the same
 model's LoRA gap is one bf16 copy of the 4-bit lm_head's weight to within 0.02-0.05 GiB on all
 three models (LitGPT quantizes the lm_head; its cause is not found: the 4-bit stand-in already
@@ -51,7 +51,7 @@ more, not less); bitsandbytes 0.41.1 keeping each 4-bit layer's input (already a
 own model code differs from the transformers replica the other way on Llama (its RMSNorm keeps
 no fp32 copy) and by +2 vectors per layer on all (flash attention saves ``v`` as a view of the
 whole fused qkv): not replayed, and not enough to explain the rest. So the plan carries 0.15:
-every LitGPT case then plans between 2.1% low and 4.5% high; the torchtune cases
+every LitGPT case then plans between 2.1% low and 4.4% high; the torchtune cases
 (`benchmarks/field_cases/torchtune_*.json`, activation checkpointing, their own model code),
 where it is only 0.08-0.21 GiB, read -4.6% (Llama 3 8B, a 128,256-token vocabulary) to +2.0%
 with it and -5.7% to +1.5% without. 0.13 would leave that case 4.8% low, too near the 5% limit
