@@ -105,7 +105,8 @@ def settle(
     config_name: str | None = None,
     applied: Sequence[str] = (),
 ) -> Settlement:
-    """Settle the hardware profile of `cfg` (the user's composed config, left unchanged).
+    """Settle the hardware profile of `cfg` (what the user's overrides compose to, left
+    unchanged: `settled_config` composes from the overrides, not from `cfg`).
 
     `device` is probed when None (and ignored with `check_device=False`, a preview for the
     profile's own hardware). `user_overrides` and `config_name` default to the running Hydra
@@ -137,11 +138,11 @@ def settle(
     profile_file = conf_dir / "hw" / f"{settled.profile.name}.yaml"
     chosen = (
         (f"+hw={settled.profile.name}",)
-        if requested.detected and requested.given is None and profile_file.is_file()
+        if requested.detected and cfg.get("hw") is None and profile_file.is_file()
         else ()
     )
-    # What the run's composition gives `hw` before the fields below: the chosen profile's file,
-    # or the `hw` node the user's overrides (and the remedy's) composed.
+    # What the run's composition gives `hw` before the fields below: the chosen profile's file
+    # (a remedy's hw keys on top), or the `hw` node the user's and the remedy's overrides gave.
     composed = (requested.values if chosen else requested.given) or {}
     fields = tuple(
         f"++hw.{key}={override_text(value)}"

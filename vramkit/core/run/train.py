@@ -57,8 +57,11 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig) -> float | None:
     """Fit the task's model on its data with the hardware profile's settings.
 
-    Returns the value of ``cfg.optimized_metric`` for the best checkpoint (or the last epoch when
-    no checkpoint ranks them), which is what a Hydra sweep optimises.
+    `cfg` is what the user's overrides compose to (``@hydra.main``'s, or `compose_config`'s); the
+    run's config is composed again from those overrides plus the settlement's, so a change made to
+    `cfg` in code does not reach the run: give it as an override. Returns the value of
+    ``cfg.optimized_metric`` for the best checkpoint (or the last epoch when no checkpoint ranks
+    them), which is what a Hydra sweep optimises.
     """
     quiet_other_processes()  # a DDP process of rank > 0 repeats rank 0's lines
     claim_job_folder(os.environ)  # a sweep's job owns its folder as a single run does
