@@ -223,6 +223,10 @@ def test_a_resume_keeps_the_samples_per_optimizer_step(compose_config, tmp_path,
         assert [o for o in kept.overrides if o.startswith("++hw.batch_size=")] == [
             f"++hw.batch_size={expected[0]}"
         ]
+        (said,) = kept.warnings  # returned for the run to log, not logged while deciding
+        assert said.startswith(f"resume: batch {expected[0]} × {expected[1]} accumulated")
+    else:
+        assert kept.warnings == ()
 
 
 def test_a_resume_in_another_number_of_processes_or_precision_is_refused_in_one_line(

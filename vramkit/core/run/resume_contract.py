@@ -39,7 +39,6 @@ positions count per process).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,8 +58,6 @@ from vramkit.core.io.checkpoint_io import UnreadableCheckpointError, read_checkp
 from vramkit.core.run.refusals import refusals_as_messages
 from vramkit.core.run.run_folder import folder_of_checkpoint, read_run_file
 from vramkit.core.run.settle import Settlement, override_text
-
-log = logging.getLogger(__name__)
 
 COMPOSED_KEYS = (
     "task_name",
@@ -465,7 +462,7 @@ def keep_trained_batch(composed: DictConfig, settlement: Settlement) -> Settleme
     accumulation makes up the rest (batch 4 × 1 → 1 × 4); a position inside an epoch then counts
     in whole new batches. Raises `ConfigError`, in one line, for another number of processes, for
     another precision without ``resume.allow_changes``, and where no batch keeps the samples per
-    step. Logs one line when the batch is regrouped."""
+    step. A regrouped batch says so in `Settlement.warnings`."""
     ckpt_path = composed.get("ckpt_path")
     if not ckpt_path or not composed.get("train", True):
         return settlement
@@ -516,16 +513,11 @@ def keep_trained_batch(composed: DictConfig, settlement: Settlement) -> Settleme
     accumulate = per_step // size
     if (size, accumulate) == (profile.batch_size, profile.accumulate_grad_batches):
         return settlement
-    log.warning(
-        "resume: batch %d × %d accumulated (this machine settled %d × %d) keeps the "
-        "checkpoint's %d samples per device and optimizer step (it trained %d × %d)",
-        size,
-        accumulate,
-        profile.batch_size,
-        profile.accumulate_grad_batches,
-        per_step,
-        trained["per_device"],
-        trained["accumulate"],
+    regrouped_line = (
+        f"resume: batch {size} × {accumulate} accumulated (this machine settled "
+        f"{profile.batch_size} × {profile.accumulate_grad_batches}) keeps the checkpoint's "
+        f"{per_step} samples per device and optimizer step (it trained "
+        f"{trained['per_device']} × {trained['accumulate']})"
     )
     regrouped = {"hw.batch_size": size, "hw.accumulate_grad_batches": accumulate}
     kept = tuple(o for o in settlement.overrides if override_key(o) not in regrouped)
@@ -535,4 +527,5 @@ def keep_trained_batch(composed: DictConfig, settlement: Settlement) -> Settleme
             update={"batch_size": size, "accumulate_grad_batches": accumulate}
         ),
         overrides=(*kept, *(f"++{key}={value}" for key, value in regrouped.items())),
+        warnings=(*settlement.warnings, regrouped_line),
     )

@@ -73,6 +73,9 @@ class Settlement:
     loader_workers: int | None = None
     """The worker processes the run's loaders get (``data.num_workers``, the profile's
     ``num_workers`` unless set otherwise); None when the config does not say."""
+    warnings: tuple[str, ...] = ()
+    """What a resume changed of the decisions (`keep_trained_batch`: a regrouped batch), logged
+    as warnings after them."""
 
     @property
     def run_overrides(self) -> tuple[str, ...]:
@@ -168,10 +171,13 @@ def settle(
 
 @rank_zero_only
 def log_decisions(settlement: Settlement) -> None:
-    """Log each decision of `settlement` as an `hw: …` line, once (rank zero of a DDP run)."""
+    """Log each decision of `settlement` as an `hw: …` line, then its warnings, once (rank zero
+    of a DDP run)."""
     # Log records, not prints: `--cfg job` output stays plain YAML.
     for line in settlement.decisions:
         log.info("hw: %s", line)
+    for line in settlement.warnings:
+        log.warning(line)
 
 
 def _loader_workers(run: DictConfig, profile: HardwareProfile) -> int | None:
