@@ -42,7 +42,7 @@ def compose_run_config(*overrides: str, output_dir: Path, resolve: bool = True) 
     kept = _SETTLED.get(key)
     if kept is None:
         kept = settle(cfg)
-        if kept.user_overrides != user or kept.in_code:
+        if kept.user_overrides != user:
             return settled_config(kept)  # not a composition this cache can move: settled alone
         _SETTLED[key] = kept
     return settled_config(dataclasses.replace(kept, user_overrides=user))

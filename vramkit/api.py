@@ -357,7 +357,7 @@ def plan_hf(
     overrides += common.common_overrides()
     try:
         cfg = compose_config("train", overrides)
-        profile = requested_profile(cfg, conf_dir=CONF_DIR, echo=False).profile
+        profile = requested_profile(cfg, conf_dir=CONF_DIR).profile
         memory_plan = plan_task(
             cfg,
             profile,

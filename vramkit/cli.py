@@ -200,7 +200,7 @@ def _hf_plan(args: argparse.Namespace):
     except ValueError as error:
         raise UsageError(str(error)) from None
     cfg = compose_config("train", overrides + common.common_overrides())
-    profile = requested_profile(cfg, conf_dir=CONF_DIR, echo=False).profile
+    profile = requested_profile(cfg, conf_dir=CONF_DIR).profile
     memory_plan = plan_task(
         cfg,
         profile,

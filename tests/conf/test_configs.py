@@ -13,7 +13,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from vramkit.core.hardware.detect import DeviceInfo
-from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.settle import settle, settled_config
 from vramkit.tasks.sage.teacher_checkpoint import MissingTeacherError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def test_all_documented_profiles_exist():
 def test_profile_reaches_trainer_and_datamodule(compose_config, profile):
     cfg = compose_config(f"+hw={profile}", "hw.strict=false")
     # The mapping is under test, not the plan a CPU rehearsal makes for the GPU (test_fit_to_budget)
-    resolve_hardware(cfg, conf_dir=REPO_ROOT / "conf", device=CPU, plan_batches=False)
+    cfg = settled_config(settle(cfg, device=CPU, plan_batches=False))
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert resolved["hw"]["name"] == profile
     # strict=false on a CPU maps every GPU profile to what the CPU supports
@@ -55,7 +55,7 @@ def test_profile_precision_follows_capability(compose_config, profile):
     cfg = compose_config(f"+hw={profile}")
     # settled for the profile's own GPU (as a run there is), without the plan: a plan that fits
     # changes no precision, and planning each profile would cost a minute of this CPU
-    resolve_hardware(cfg, conf_dir=REPO_ROOT / "conf", check_device=False, plan_batches=False)
+    cfg = settled_config(settle(cfg, check_device=False, plan_batches=False))
     assert cfg.trainer.precision == EXPECTED_PRECISION[profile]
 
 
@@ -64,9 +64,9 @@ def test_every_task_resolves(compose_config, task):
     cfg = compose_config(f"task={task}", "+hw=cpu")
     if task == "sage_distill":  # the student's data are a teacher's features: no teacher, no plan
         with pytest.raises(MissingTeacherError, match=r"checkpoint=latest.*train one"):
-            resolve_hardware(cfg, conf_dir=REPO_ROOT / "conf", device=CPU)
+            settle(cfg, device=CPU)
         return
-    resolve_hardware(cfg, conf_dir=REPO_ROOT / "conf", device=CPU)
+    cfg = settled_config(settle(cfg, device=CPU))
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved["data"]["batch_size"], int)
     assert resolved["optimized_metric"]
@@ -75,9 +75,9 @@ def test_every_task_resolves(compose_config, task):
 def test_without_hw_the_cpu_profile_is_detected(compose_config):
     cfg = compose_config()
     assert "hw" not in cfg
-    profile = resolve_hardware(cfg, conf_dir=REPO_ROOT / "conf", device=CPU).profile
-    assert profile.name == "cpu"
-    assert cfg.trainer.precision == "32-true"
+    settlement = settle(cfg, device=CPU)
+    assert settlement.profile.name == "cpu"
+    assert settled_config(settlement).trainer.precision == "32-true"
 
 
 def test_typo_in_override_names_the_key(compose_config):

@@ -24,7 +24,7 @@ from torch import nn
 
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.run.compose import compose_config, forget_composition
-from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.settle import settle, settled_config
 from vramkit.core.run.train import train
 from vramkit.tasks.sage.arc_examples import INPUT_KEYS
 from vramkit.tasks.sage.distill_module import REPORT_NAME
@@ -33,8 +33,6 @@ from vramkit.tasks.sage.feature_extraction import extract_teacher_features, run_
 from vramkit.tasks.sage.grid_module import SCORES_KEY, ArcTeacherModule
 from vramkit.tasks.sage.teacher_checkpoint import TEACHER_NETWORK_KEY
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = REPO_ROOT / "conf"
 TINY = TINY_ARC_ON_CPU
 STUDENT = ("task=sage_distill", *TINY, "teacher.views=2", "model.report.repeats=1")
 
@@ -131,7 +129,7 @@ class ProjectorSnapshot(L.Callback):
 
 def _student(compose_config, chain, *overrides: str):
     cfg = compose_config(*STUDENT, f"teacher.checkpoint={chain.teacher_checkpoint}", *overrides)
-    resolve_hardware(cfg, conf_dir=CONF_DIR, plan_batches=False)  # no cache to plan from
+    cfg = settled_config(settle(cfg, plan_batches=False))  # no cache to plan from
     return cfg, instantiate(cfg.data), instantiate(cfg.model)
 
 
@@ -223,7 +221,7 @@ def test_a_cache_of_another_teacher_is_refused(compose_config, chain, tmp_path):
 
 def test_a_missing_teacher_names_the_command(compose_config):
     cfg = compose_config(*STUDENT, "teacher.checkpoint=latest")
-    resolve_hardware(cfg, conf_dir=CONF_DIR, plan_batches=False)  # no cache to plan from
+    cfg = settled_config(settle(cfg, plan_batches=False))  # no cache to plan from
     datamodule = instantiate(cfg.data)
     with pytest.raises(FileNotFoundError, match=r"python train\.py task=arc_teacher"):
         datamodule.setup("fit")

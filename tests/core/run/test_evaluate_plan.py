@@ -27,7 +27,7 @@ def test_only_the_torch_backend_plans_the_eval_batch(
         asked.update(options)
         raise _Settled
 
-    monkeypatch.setattr(evaluate_module, "enforce_resume_contract", lambda cfg: [])
+    monkeypatch.setattr(evaluate_module, "check_resume", lambda cfg: None)
     monkeypatch.setattr(evaluate_module, "settle", settle)
     with pytest.raises(_Settled):
         evaluate_module.evaluate(cfg)

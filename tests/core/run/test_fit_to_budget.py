@@ -1,4 +1,4 @@
-"""fit_to_budget: a run over budget is fitted (hw.fit=auto), refused (off) or, on a CPU
+"""plan_within_budget: a run over budget is fitted (hw.fit=auto), refused (off) or, on a CPU
 rehearsal, told what its GPU would do; the chosen overrides are what the run then is.
 
 The plan comes from the formula planner of tests/core/planner/decisions/test_auto_fit.py (fast and
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import logging
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from vramkit.core.planner.decisions.plan import INFERENCE, TRAIN, VAL
 from vramkit.core.planner.decisions.task_plan import MemoryPlan
 from vramkit.core.planner.errors import DoesNotFitError
 from vramkit.core.run import fit_to_budget as fit_module
-from vramkit.core.run.fit_to_budget import FIT_DECISION, fit_to_budget, write_fit_decision
+from vramkit.core.run.fit_to_budget import FIT_DECISION, plan_within_budget, write_fit_decision
 from vramkit.core.run.settle import settle, settled_config
 from vramkit.core.run.train import train
 from vramkit.core.units import GIB
@@ -92,15 +91,16 @@ def profile(budget_gib: float, **changes):
 
 def test_a_run_that_fits_is_left_alone(formula):
     cfg = run_config()
-    outcome = fit_to_budget(cfg, profile(40.0), rehearsal=False)
+    outcome = plan_within_budget(cfg, profile(40.0), rehearsal=False)
     assert outcome.decision is None and not outcome.applied and outcome.record() is None
     assert cfg == run_config()
 
 
 @needs_bitsandbytes
 def test_auto_hands_back_exactly_the_printed_overrides(formula):
-    cfg, lines = run_config(), []
-    outcome = fit_to_budget(cfg, profile(15.0), rehearsal=False, echo=lines.append)
+    cfg = run_config()
+    outcome = plan_within_budget(cfg, profile(15.0), rehearsal=False)
+    lines = outcome.lines
     assert outcome.applied
     (applies,) = [line for line in lines if "automatic fit (hw.fit=auto) applies: " in line]
     printed = applies.split("applies: ", 1)[1].split(" (", 1)[0]
@@ -118,7 +118,7 @@ def test_auto_hands_back_exactly_the_printed_overrides(formula):
 def test_off_refuses_with_the_remedies_listed(formula):
     cfg = run_config()
     with pytest.raises(DoesNotFitError) as refused:
-        fit_to_budget(cfg, profile(15.0, fit="off"), rehearsal=False)
+        plan_within_budget(cfg, profile(15.0, fit="off"), rehearsal=False)
     message = str(refused.value)
     assert "hw.fit=off" in message
     assert "model.gradient_checkpointing=true" in message
@@ -128,26 +128,26 @@ def test_off_refuses_with_the_remedies_listed(formula):
 
 @needs_bitsandbytes
 def test_a_cpu_rehearsal_says_what_the_gpu_run_would_apply_and_changes_nothing(formula):
-    cfg, lines = run_config(), []
-    outcome = fit_to_budget(cfg, profile(15.0), rehearsal=True, echo=lines.append)
+    cfg = run_config()
+    outcome = plan_within_budget(cfg, profile(15.0), rehearsal=True)
+    lines = outcome.lines
     assert not outcome.applied and outcome.record()["applied"] is False
     assert cfg == run_config()
     would = next(line for line in lines if "the run would apply:" in line)
     assert "model.gradient_checkpointing=true" in would and "rehearsal runs without it" in would
 
-    lines.clear()
-    fit_to_budget(cfg, profile(15.0, fit="off"), rehearsal=True, echo=lines.append)
-    assert any("would be refused (hw.fit=off)" in line for line in lines)
+    refused = plan_within_budget(cfg, profile(15.0, fit="off"), rehearsal=True)
+    assert any("would be refused (hw.fit=off)" in line for line in refused.lines)
 
 
 def test_nothing_that_fits_is_a_refusal_naming_the_closest(formula):
     with pytest.raises(DoesNotFitError, match="no combination of remedies"):
-        fit_to_budget(run_config(), profile(2.0), rehearsal=False)
+        plan_within_budget(run_config(), profile(2.0), rehearsal=False)
 
 
 @needs_bitsandbytes
 def test_the_decision_is_written_as_json(formula, tmp_path):
-    outcome = fit_to_budget(run_config(), profile(15.0), rehearsal=False)
+    outcome = plan_within_budget(run_config(), profile(15.0), rehearsal=False)
     path = write_fit_decision(tmp_path, outcome.record())
     data = json.loads(path.read_text())
     assert path.name == FIT_DECISION
@@ -158,20 +158,19 @@ def test_the_decision_is_written_as_json(formula, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_fitted_run_is_the_run_with_the_printed_overrides(compose_config, caplog):
+def test_the_fitted_run_is_the_run_with_the_printed_overrides(compose_config):
     """Traces the tiny classifier: auto fit on a T4 with a tiny budget, then the same command
     with the printed overrides appended; both settle to the same config."""
-    caplog.set_level(logging.INFO, logger="vramkit")
     memory = f"hw.memory_gib={TINY_BUDGET / GIB / 0.85}"
     fitted = settle(compose_config("+hw=t4", *TINY_TEXT, memory), device=T4)
-    (record,) = fitted.fit_records
+    record = fitted.remedy_record
     assert record["applied"] and record["chosen"] == "micro-batch 2 × accumulate 2"
-    printed = caplog.text.split("applies: ", 1)[1].split(" (", 1)[0].split()
+    printed = "\n".join(fitted.decisions).split("applies: ", 1)[1].split(" (", 1)[0].split()
     assert printed == record["overrides"] == ["hw.batch_size=2", "hw.accumulate_grad_batches=2"]
     assert fitted.remedy == ("++hw.batch_size=2", "++hw.accumulate_grad_batches=2")
 
     typed = settle(compose_config("+hw=t4", *TINY_TEXT, memory, *printed), device=T4)
-    assert typed.fit_records == ()  # it fits as typed
+    assert typed.remedy_record is None  # it fits as typed
     assert OmegaConf.to_container(settled_config(fitted), resolve=True) == OmegaConf.to_container(
         settled_config(typed), resolve=True
     )

@@ -24,7 +24,7 @@ from vramkit.core.planner.tracing.batches import PhaseSamples
 from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.report.build import MEMORY_PLAN
 from vramkit.core.run import fit_to_budget as fit_module
-from vramkit.core.run.fit_to_budget import fit_host_memory
+from vramkit.core.run.fit_to_budget import size_for_host_memory
 from vramkit.core.run.train import train
 from vramkit.core.units import GIB
 
@@ -62,7 +62,7 @@ def per_sample(monkeypatch):
 def _fit(train: int, val: int, *, searched=(False, False), available_gib=4.0):
     budget = HostBudget(int(available_gib * GIB), 1.0, "test")
     cfg = OmegaConf.create({"data": {"num_workers": 0}})
-    return fit_host_memory(
+    return size_for_host_memory(
         cfg, CPU, budget, train_batch_size=train, val_batch_size=val, searched=searched
     )
 

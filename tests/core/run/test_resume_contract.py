@@ -17,7 +17,8 @@ from vramkit.core.hardware.detect import load_profile_file
 from vramkit.core.run.resume_contract import (
     ResumeContract,
     ResumeSettings,
-    enforce_resume_contract,
+    ResumeVerdict,
+    check_resume,
     exactness_changes,
     keep_trained_batch,
     load_initial_weights,
@@ -60,7 +61,7 @@ def test_a_resume_of_another_model_width_names_the_first_difference_and_the_mode
 ):
     cfg = compose_config(*FIRST_RUN, "model=dbnet_r18", f"ckpt_path={finished_run}")
     with pytest.raises(ConfigError) as refused:
-        enforce_resume_contract(cfg)
+        check_resume(cfg)
     message = str(refused.value)
     assert "\n" not in message
     assert (
@@ -72,7 +73,7 @@ def test_a_resume_of_another_model_width_names_the_first_difference_and_the_mode
 def test_a_checkpoint_of_another_task_is_refused_by_name(compose_config, finished_run):
     cfg = compose_config("+hw=cpu", "task=arc_teacher", f"ckpt_path={finished_run}")
     with pytest.raises(ConfigError, match="a checkpoint of task text_detection, this run is task"):
-        enforce_resume_contract(cfg)
+        check_resume(cfg)
 
 
 def test_settings_that_break_exactness_are_listed_with_the_way_to_start_afresh(
@@ -89,7 +90,7 @@ def test_settings_that_break_exactness_are_listed_with_the_way_to_start_afresh(
         "data.num_workers=2",  # how samples arrive, not which
     )
     with pytest.raises(ConfigError) as refused:
-        enforce_resume_contract(cfg)
+        check_resume(cfg)
     lines = str(refused.value).splitlines()
     assert lines[1:4] == [
         "  hw.accumulate_grad_batches: 1 -> 2",
@@ -102,12 +103,10 @@ def test_settings_that_break_exactness_are_listed_with_the_way_to_start_afresh(
 
 def test_a_resume_with_the_runs_settings_and_a_longer_schedule_passes(compose_config, finished_run):
     cfg = compose_config(*FIRST_RUN, f"ckpt_path={finished_run}", "trainer.max_epochs=5")
-    assert enforce_resume_contract(cfg) == []
+    assert check_resume(cfg) == ResumeVerdict()
 
 
-def test_allowed_changes_are_recorded_and_kept_in_the_config_to_be_applied(
-    compose_config, finished_run, capsys
-):
+def test_allowed_changes_come_back_as_a_verdict_for_the_run_to_record(compose_config, finished_run):
     cfg = compose_config(
         *FIRST_RUN,
         f"ckpt_path={finished_run}",
@@ -116,11 +115,18 @@ def test_allowed_changes_are_recorded_and_kept_in_the_config_to_be_applied(
         "data.image_size=160",
     )
     changes = ["data.image_size: 128 -> 160", "model.optimizer.lr: 0.004 -> 0.01"]
-    assert enforce_resume_contract(cfg) == changes
-    assert cfg.resume.changes == changes
+    verdict = check_resume(cfg)
+    assert verdict.changes == tuple(changes)
+    assert list(cfg.resume.changes) == []  # checked, not changed: the run records the verdict
+    assert verdict.overrides == (
+        "++resume.changes=['data.image_size: 128 -> 160','model.optimizer.lr: 0.004 -> 0.01']",
+    )
+    assert "resume: applying model.optimizer.lr: 0.004 -> 0.01 (resume.allow_changes=true)" in (
+        verdict.lines
+    )
     # What trains: the new rate, which CheckpointContract applies after the optimizer loads.
     assert cfg.model.optimizer.lr == 0.01
-    assert "resume: applying model.optimizer.lr: 0.004 -> 0.01" in capsys.readouterr().err
+    assert check_resume(cfg) is verdict  # asked again by train(): nothing read twice
 
 
 def test_allowed_changes_it_cannot_apply_are_still_refused(compose_config, finished_run):
@@ -132,7 +138,7 @@ def test_allowed_changes_it_cannot_apply_are_still_refused(compose_config, finis
         "model.optimizer._target_=torch.optim.SGD",
     )
     with pytest.raises(ConfigError) as refused:
-        enforce_resume_contract(cfg)
+        check_resume(cfg)
     message = str(refused.value)
     assert "\n" not in message
     assert (
@@ -159,7 +165,7 @@ def test_a_checkpoint_without_its_run_folder_is_checked_against_its_contract(
         "model.optimizer.lr=0.5",
     )
     with pytest.raises(ConfigError) as refused:
-        enforce_resume_contract(cfg)
+        check_resume(cfg)
     assert str(refused.value).splitlines()[1:4] == [
         "  data.image_size: 128 -> 160",
         "  model.optimizer.lr: 0.004 -> 0.5",
@@ -180,10 +186,11 @@ def _settled(cfg: DictConfig, *, batch_size: int, accumulate: int = 1) -> Settle
         device="CPU",
         detected=False,
         remedy=(),
-        fit_records=(),
+        remedy_record=None,
+        memory_plan=None,
         decisions=(),
         user_overrides=(),
-        in_code=(),
+        applied=(),
         overrides=(f"++hw.batch_size={batch_size}",),
         config_name="train",
         conf_dir=str(REPO_ROOT / "conf"),
@@ -216,6 +223,10 @@ def test_a_resume_keeps_the_samples_per_optimizer_step(compose_config, tmp_path,
         assert [o for o in kept.overrides if o.startswith("++hw.batch_size=")] == [
             f"++hw.batch_size={expected[0]}"
         ]
+        (said,) = kept.warnings  # returned for the run to log, not logged while deciding
+        assert said.startswith(f"resume: batch {expected[0]} × {expected[1]} accumulated")
+    else:
+        assert kept.warnings == ()
 
 
 def test_a_resume_in_another_number_of_processes_or_precision_is_refused_in_one_line(
@@ -242,26 +253,26 @@ def test_a_resume_in_another_number_of_processes_or_precision_is_refused_in_one_
 
 def test_evaluation_checks_the_model_but_not_the_training_settings(compose_config, finished_run):
     ok = compose_config(*FIRST_RUN, f"ckpt_path={finished_run}", "seed=7", config_name="eval")
-    assert enforce_resume_contract(ok) == []
+    assert check_resume(ok) == ResumeVerdict()
     wider = compose_config(
         *FIRST_RUN, f"ckpt_path={finished_run}", "model=dbnet_r18", config_name="eval"
     )
     with pytest.raises(ConfigError, match="parameters differ in shape"):
-        enforce_resume_contract(wider)
+        check_resume(wider)
 
 
 def test_resuming_and_starting_from_weights_at_once_is_refused(compose_config, finished_run):
     cfg = compose_config(*FIRST_RUN, f"ckpt_path={finished_run}", f"init_from={finished_run}")
     with pytest.raises(ConfigError, match="ckpt_path and init_from are both set"):
-        enforce_resume_contract(cfg)
+        check_resume(cfg)
 
 
 def test_init_from_is_checked_like_a_resume_and_loads_the_weights(compose_config, finished_run):
     wider = compose_config(*FIRST_RUN, "model=dbnet_r18", f"init_from={finished_run}")
     with pytest.raises(ConfigError, match=r"^init_from .*parameters differ in shape"):
-        enforce_resume_contract(wider)
+        check_resume(wider)
     cfg = compose_config(*FIRST_RUN, f"init_from={finished_run}", "model.optimizer.lr=0.01")
-    assert enforce_resume_contract(cfg) == []  # a new run: its settings are its own
+    assert check_resume(cfg) == ResumeVerdict()  # a new run: its settings are its own
     model = _model(cfg)
     load_initial_weights(model, finished_run)
     saved = torch.load(finished_run, weights_only=True)["state_dict"]
@@ -301,4 +312,18 @@ def test_the_yaml_defaults_are_the_settings_defaults():
 def test_a_misspelt_resume_setting_is_refused_even_without_a_checkpoint(compose_config):
     cfg = compose_config(*FIRST_RUN, "resume.allow_changes=maybe")
     with pytest.raises(ConfigError, match=r"resume\.allow_changes"):
-        enforce_resume_contract(cfg)
+        check_resume(cfg)
+
+
+def test_the_hydra_callback_checks_and_changes_nothing(compose_config, finished_run):
+    cfg = compose_config(
+        *FIRST_RUN, f"ckpt_path={finished_run}", "resume.allow_changes=true", "seed=42"
+    )
+    changed = compose_config(
+        *FIRST_RUN, f"ckpt_path={finished_run}", "resume.allow_changes=true", "data.image_size=160"
+    )
+    for config in (cfg, changed):
+        before = OmegaConf.to_container(config, resolve=False)
+        ResumeContract().on_run_start(config=config)
+        assert OmegaConf.to_container(config, resolve=False) == before
+    assert check_resume(changed).changes == ("data.image_size: 128 -> 160",)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.run import compose
+from vramkit.core.run import settle as settle_module
 from vramkit.core.run.run_folder import read_run_overrides
-from vramkit.core.run.settle import _override_value as override_value
 from vramkit.core.run.settle import (
+    override_text,
     settle,
     settled_config,
     write_overrides,
@@ -83,34 +84,36 @@ def test_a_planned_t4_run_settles_the_planned_batch_sizes(compose_config):
     assert any("batch" in line for line in settlement.decisions)
 
 
-def test_changes_made_in_code_are_kept_as_overrides(compose_config):
-    # what the resume contract does to a resumed run's config before train() settles it
+def test_the_runs_applied_overrides_come_before_the_settlements(compose_config):
+    # what train() hands in for a resume that applies changes (ResumeVerdict.overrides)
     cfg = compose_config("+hw=cpu", "debug=smoke")
-    with open_dict(cfg):
-        cfg.trainer.max_epochs = 7
-        cfg.resume.changes = ["hw.batch_size: auto -> 2"]
-        del cfg.trainer.log_every_n_steps
-        cfg.probe = {"every": 2}
-    settlement = settle(cfg, device=CPU_2, plan_batches=False)
-    assert set(settlement.in_code) == {
-        "++trainer.max_epochs=7",
-        "~trainer.log_every_n_steps",
-        "++resume.changes=['hw.batch_size: auto -> 2']",
-        "++probe={every:2}",
-    }
-    run = settled_config(settlement)
-    assert run.trainer.max_epochs == 7 and "log_every_n_steps" not in run.trainer
-    assert list(run.resume.changes) == ["hw.batch_size: auto -> 2"] and run.probe.every == 2
+    applied = ("++resume.changes=['model.optimizer.lr: 0.004 -> 0.01']",)
+    settlement = settle(cfg, device=CPU_2, plan_batches=False, applied=applied)
+    assert list(cfg.resume.changes) == []  # the user's config is left as composed
+    assert settlement.run_overrides == (
+        *settlement.user_overrides,
+        *applied,
+        *settlement.overrides,
+    )
+    assert list(settled_config(settlement).resume.changes) == ["model.optimizer.lr: 0.004 -> 0.01"]
 
 
-@pytest.mark.parametrize(
-    "value",
-    ["16-mixed", "7.5", "NVIDIA T4", r"\bT4\b", "it's", "auto", 14.6, 0.85, 3, None, True, ()],
-)
-def test_an_override_value_reads_back_as_itself(value):
-    parsed = OverridesParser.create().parse_override(f"k={override_value(value)}").value()
-    assert parsed == (list(value) if isinstance(value, tuple) else value)
-    assert type(parsed) is (list if isinstance(value, tuple) else type(value))
+def test_settling_composes_the_runs_config_once(compose_config, monkeypatch):
+    # Hydra composed the user's config; settling decides without composing, and the run's
+    # config is composed once from the overrides (no composition to recover, none to compare).
+    composed = []
+    real = settle_module.compose_run
+
+    def counted(*args, **kwargs):
+        composed.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(settle_module, "compose_run", counted)
+    for overrides in (("debug=smoke",), ("+hw=cpu", "debug=smoke"), ("+hw.num_workers=0",)):
+        composed.clear()
+        settlement = settle(compose_config(*overrides), device=CPU_2, plan_batches=False)
+        settled_config(settlement)
+        assert len(composed) == 1, overrides
 
 
 @pytest.fixture(autouse=True)
@@ -130,3 +133,27 @@ def _forget():
 def test_the_settlement_prints_the_workers_the_loaders_get(compose_config, overrides, loader):
     settlement = settle(compose_config(*overrides), device=CPU_2, plan_batches=False)
     assert f"  {loader}" in str(settlement)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        *("16-mixed", "7.5", "NVIDIA T4", r"\bT4\b", "it's", "auto", "1e3", "1_000", "True"),
+        *("null", "NaN", "inf", "/a/b", "0x1f", "-1", ".5", "a=b", "[1]", "x,y", "a$b"),
+        *(14.6, 0.85, 3, None, True, (), ("a b", 1), {"k": "v w"}),
+    ],
+)
+def test_an_override_value_reads_back_as_itself(value):
+    parsed = OverridesParser.create().parse_override(f"k={override_text(value)}").value()
+    assert parsed == (list(value) if isinstance(value, tuple) else value)
+    assert type(parsed) is (list if isinstance(value, tuple) else type(value))
+
+
+def test_a_profile_value_is_written_plain_where_the_grammar_reads_it_so():
+    assert [override_text(v) for v in ("16-mixed", "auto", "t4", "7.5", "NVIDIA T4")] == [
+        "16-mixed",
+        "auto",
+        "t4",
+        "'7.5'",
+        "'NVIDIA T4'",
+    ]

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from vramkit.core.config.instantiate import instantiate
-from vramkit.core.run.resolve_hardware import resolve_hardware
-
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+from vramkit.core.run.settle import settle, settled_config
 
 
 @pytest.mark.parametrize(
@@ -17,7 +13,7 @@ CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 )
 def test_sage_small_recipe_reaches_each_module(compose_config, task, width):
     cfg = compose_config("experiment=sage_small", f"task={task}", "+hw=cpu")
-    resolve_hardware(cfg, conf_dir=CONF_DIR, plan_batches=False)  # the module only, no data
+    cfg = settled_config(settle(cfg, plan_batches=False))  # the module only, no data
     model = instantiate(cfg.model)
     assert model.changed_weight == 4.0  # changed cells weigh more in the cell loss
     assert model.net.copy_scale.item() == 4.0  # every model starts at copying the input

@@ -8,8 +8,6 @@ refused before any work when that phase says it does not fit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from omegaconf import DictConfig
 
 from vramkit.core.hardware.profile import AUTO, HardwareProfile, ProfileSource
@@ -20,18 +18,17 @@ def settle_eval_batch(
     cfg: DictConfig,
     profile: HardwareProfile,
     source: ProfileSource,
-    *,
-    echo: Callable[[str], None],
-) -> HardwareProfile:
-    """`profile` with `val_batch_size` planned for inference when it is "auto" on a GPU profile.
+) -> tuple[HardwareProfile, tuple[str, ...]]:
+    """`profile` with `val_batch_size` planned for inference when it is "auto" on a GPU profile,
+    and the line that says so (batch, planned peak, budget).
 
-    A CPU profile (a CPU host, or a GPU profile mapped onto one) is returned as it is: its
-    "auto" takes the task's stated default later, as before. Echoes the plan's line (batch,
-    planned peak, budget). Raises `DoesNotFitError` when a set `hw.val_batch_size` does not fit
-    (naming the key, its file and the largest that fits) or when not even one sample fits.
+    A CPU profile (a CPU host, or a GPU profile mapped onto one) is returned as it is, with no
+    line: its "auto" takes the task's stated default later, as before. Raises `DoesNotFitError`
+    when a set `hw.val_batch_size` does not fit (naming the key, its file and the largest that
+    fits) or when not even one sample fits.
     """
     if profile.accelerator != "gpu" or profile.budget_gib is None:
-        return profile
+        return profile, ()
     # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
     from vramkit.core.planner import DoesNotFitError, PlanningError
     from vramkit.core.planner.decisions.inference_plan import plan_inference_batch_size
@@ -43,8 +40,7 @@ def settle_eval_batch(
         )
     except PlanningError as error:
         fallback = "'auto' takes the task's stated default" if searched else "it is not checked"
-        echo(f"memory planner unavailable ({error}); the eval batch size {fallback}")
-        return profile
+        return profile, (f"memory planner unavailable ({error}); the eval batch size {fallback}",)
     if not plan.fits:
         budget = f"{profile.label}'s budget of {plan.budget_bytes / GIB:.2f} GiB for evaluation"
         peak = f"planned peak {plan.inference.peak_gib:.2f} GiB"
@@ -62,7 +58,6 @@ def settle_eval_batch(
             f"hw.val_batch_size={profile.val_batch_size} ({source.where('val_batch_size')}) "
             f"does not fit {budget} ({peak}); {largest}"
         )
-    echo(plan.line())
-    if not searched:
-        return profile  # the user's size stands (a loader caps it at the set's size itself)
-    return profile.model_copy(update={"val_batch_size": plan.inference.batch_size})
+    if not searched:  # the user's size stands (a loader caps it at the set's size itself)
+        return profile, (plan.line(),)
+    return profile.model_copy(update={"val_batch_size": plan.inference.batch_size}), (plan.line(),)

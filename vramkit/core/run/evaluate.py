@@ -16,8 +16,8 @@ from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.core.run.eval_backend import backend_settings, prepare_model
 from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
 from vramkit.core.run.loggers import finish_wandb
-from vramkit.core.run.resume_contract import enforce_resume_contract
-from vramkit.core.run.settle import settle, settled_config
+from vramkit.core.run.resume_contract import check_resume
+from vramkit.core.run.settle import log_decisions, settle, settled_config
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +52,12 @@ def _evaluate(cfg: DictConfig) -> dict[str, float]:
     # Other libraries' chatter off unless verbose=true (a bad value is refused here, before work).
     hide_library_chatter(output_settings(cfg.get("verbose"), config_file="conf/eval.yaml"))
     backend = backend_settings(cfg)
-    enforce_resume_contract(cfg)  # a readable checkpoint of this task and model, checked first
+    check_resume(cfg)  # a readable checkpoint of this task and model, checked first
     # Evaluation never trains: only the inference phase is planned (its batch size on a GPU).
     # onnxruntime runs the network on the CPU (onnx_inference.py): nothing to plan on the GPU.
     settlement = settle(cfg, plan_batches=False, plan_inference=backend.backend == "torch")
     cfg = settled_config(settlement)
+    log_decisions(settlement)
     log.info("Hardware profile\n%s", settlement)
     if cfg.get("seed") is not None:
         # verbose=False: no 'Seed set to 42' line; the seed is in the run's config

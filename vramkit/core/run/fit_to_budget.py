@@ -1,18 +1,19 @@
-"""Plan the requested run on its GPU profile and, when it does not fit, fit it or refuse.
+"""Plan the requested run on its GPU profile and, when it is over budget, remedy it or refuse.
 
-`resolve_hardware` calls `fit_to_budget` once the profile is checked against the device. With
-`hw.fit: auto` a run over budget takes the cheapest remedy that fits
-(`vramkit.core.planner.decisions.auto_fit`): the table of what was traced is printed, the chosen
-overrides are handed back to be composed into the run's config (`vramkit.core.run.settle`) before
-anything is built, and the decision is kept for the run folder (`fit_decision.json`). With
-`hw.fit: off` the run is refused with the remedies listed. A GPU profile rehearsed on a CPU
-(`hw.strict=false`) says what it would do on its GPU and runs without it.
+`vramkit.core.run.resolve_hardware.settle_profile` calls `plan_within_budget` once the profile is
+checked against the device. With `hw.fit: auto` a run over budget takes the cheapest remedy that
+fits (`vramkit.core.planner.decisions.auto_fit`): the table of what was traced is among the
+returned lines, the chosen overrides are handed back to be composed into the run's config
+(`vramkit.core.run.settle`) before anything is built, and the decision is returned for the run
+folder (`fit_decision.json`). With `hw.fit: off` the run is refused with the remedies listed. A
+GPU profile rehearsed on a CPU (`hw.strict=false`) says what it would do on its GPU and runs
+without it. Nothing here prints or writes: the run does, once it has decided
+(`vramkit.core.run.train`).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,12 +44,10 @@ from vramkit.core.units import GIB
 FIT_DECISION = "fit_decision.json"
 """What the automatic fit decided, written into the run folder when the plan did not fit."""
 
-log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
-class FitOutcome:
-    """What planning the requested run found and did."""
+class BudgetOutcome:
+    """What planning the requested run against its budget found and decided."""
 
     plan: MemoryPlan
     """The requested run's plan (before any remedy)."""
@@ -56,6 +55,8 @@ class FitOutcome:
     """The automatic fit's candidates and choice; None when the run fits."""
     applied: bool
     """The chosen overrides are for the run to apply (not on a CPU rehearsal)."""
+    lines: tuple[str, ...] = ()
+    """What was found and decided, for the console (the table of remedies traced included)."""
 
     @property
     def remedy(self) -> tuple[str, ...]:
@@ -77,15 +78,14 @@ class FitOutcome:
         return {**self.decision.as_json(), "applied": self.applied, "traces": planner.traces}
 
 
-def fit_to_budget(
+def plan_within_budget(
     cfg: DictConfig,
     profile: HardwareProfile,
     *,
     rehearsal: bool,
     typed: Callable[[str], str] = str,
-    echo: Callable[[str], None] = log.info,
-) -> FitOutcome:
-    """Plan `cfg` on the GPU `profile`; fit it (`hw.fit: auto`) or refuse (`off`) when over.
+) -> BudgetOutcome:
+    """Plan `cfg` on the GPU `profile`; remedy it (`hw.fit: auto`) or refuse (`off`) when over.
 
     `rehearsal`: the run goes on a CPU (`hw.strict=false`), so "auto" batch sizes are traced at
     1, nothing is applied and nothing is refused: the lines say what the GPU run would do.
@@ -102,18 +102,17 @@ def fit_to_budget(
         with_remedies=False,
     )
     if plan.fits:
-        if rehearsal:
-            echo(
-                f"on {profile.label} the run fits: train {plan.train.peak_gib:.2f} / val "
-                f"{plan.val.peak_gib:.2f} GiB of {plan.budget_gib:.2f} GiB"
-            )
-        return FitOutcome(plan, None, applied=False)
+        line = (
+            f"on {profile.label} the run fits: train {plan.train.peak_gib:.2f} / val "
+            f"{plan.val.peak_gib:.2f} GiB of {plan.budget_gib:.2f} GiB"
+        )
+        return BudgetOutcome(plan, None, applied=False, lines=(line,) if rehearsal else ())
     if profile.fit == "off":
         message = _refusal_with_remedies(plan, typed)
         if not rehearsal:
             raise DoesNotFitError(message)
-        echo(f"on {profile.label} this run would be refused (hw.fit=off): {message}")
-        return FitOutcome(plan, None, applied=False)
+        line = f"on {profile.label} this run would be refused (hw.fit=off): {message}"
+        return BudgetOutcome(plan, None, applied=False, lines=(line,))
 
     decision = choose_fit(
         plan.planner,
@@ -125,13 +124,13 @@ def fit_to_budget(
         budget_bytes=plan.budget_bytes,
         typed=typed,
     )
-    echo(decision.table())
+    table = decision.table()
     chosen = decision.chosen
     if chosen is None:
         if not rehearsal:
             raise DoesNotFitError(decision.refusal())
-        echo(f"on {profile.label} this run would be refused: {decision.refusal()}")
-        return FitOutcome(plan, decision, applied=False)
+        line = f"on {profile.label} this run would be refused: {decision.refusal()}"
+        return BudgetOutcome(plan, decision, applied=False, lines=(table, line))
     line = " ".join(chosen.overrides)
     why = (
         f"the requested run needs train {plan.train.peak_gib:.2f} / val {plan.val.peak_gib:.2f} "
@@ -139,13 +138,13 @@ def fit_to_budget(
         f"that fits ({chosen.train.peak_gib:.2f} / {chosen.val.peak_gib:.2f} GiB)"
     )
     if rehearsal:
-        echo(
+        said = (
             f"on {profile.label} (hw.fit=auto) the run would apply: {line} ({why}); this CPU "
             f"rehearsal runs without it: append those overrides to rehearse it"
         )
-        return FitOutcome(plan, decision, applied=False)
-    echo(f"automatic fit (hw.fit=auto) applies: {line} ({why})")
-    return FitOutcome(plan, decision, applied=True)
+        return BudgetOutcome(plan, decision, applied=False, lines=(table, said))
+    said = f"automatic fit (hw.fit=auto) applies: {line} ({why})"
+    return BudgetOutcome(plan, decision, applied=True, lines=(table, said))
 
 
 def _refusal_with_remedies(plan: MemoryPlan, typed: Callable[[str], str]) -> str:
@@ -177,7 +176,7 @@ def write_fit_decision(output_dir: Path, record: dict[str, Any]) -> Path:
 
 
 @dataclass(frozen=True)
-class HostFit:
+class HostSizing:
     """The batch sizes a `cpu` run takes within the host's memory, and their host plans."""
 
     train: HostPhasePlan
@@ -215,7 +214,7 @@ class HostFit:
         }
 
 
-def fit_host_memory(
+def size_for_host_memory(
     cfg: DictConfig,
     profile: HardwareProfile,
     budget: HostBudget,
@@ -224,7 +223,7 @@ def fit_host_memory(
     val_batch_size: int,
     searched: tuple[bool, bool],
     typed: Callable[[str], str] = str,
-) -> HostFit:
+) -> HostSizing:
     """Plan a `cpu` run's host memory and fit its batch sizes into `budget`.
 
     `train_batch_size` / `val_batch_size`: the requested sizes, or for a phase marked in
@@ -261,7 +260,8 @@ def fit_host_memory(
     over = [p for p in (train_plan, val_plan) if p.total > limit]
     if over:
         raise DoesNotFitError(_host_refusal(host, over[0], budget, train_plan, val_plan, typed))
-    return HostFit(train_plan, val_plan, budget, plan.planner.traces, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    return HostSizing(train_plan, val_plan, budget, plan.planner.traces, seconds)
 
 
 def loader_settings(cfg: DictConfig, profile: HardwareProfile) -> LoaderSettings:
@@ -318,7 +318,7 @@ def check_gpu_host_memory(
     train_batch_size: int,
     val_batch_size: int,
     typed: Callable[[str], str] = str,
-) -> HostFit | None:
+) -> HostSizing | None:
     """Check a GPU run's host memory: pinned batches, loader workers and the optimizer state
     DeepSpeed offloads (`trainer=deepspeed_zero2_offload`), against this host's memory.
 
@@ -344,10 +344,10 @@ def check_gpu_host_memory(
     )
     train = host.plan(TRAIN, train_batch_size, val_batch_size)
     val = host.plan(VAL, val_batch_size, train_batch_size)
-    fit = HostFit(train, val, budget, 0, time.perf_counter() - started)
+    sizing = HostSizing(train, val, budget, 0, time.perf_counter() - started)
     over = max(train, val, key=lambda p: p.total)
     if over.total <= budget.budget:
-        return fit
+        return sizing
     remedies = []
     if over.pinned:
         remedies.append(f"{typed('hw.pin_memory=false')} (saves {over.pinned / GIB:.2f} GiB)")

@@ -26,8 +26,9 @@ optimizer step (per-device batch × accumulation × processes) are kept (batch 4
 accumulated when this machine fits less), and a change of processes or precision is refused in one
 line.
 
-``resume.allow_changes=true`` applies every change it lists, prints each and records them as
-``resume.changes``: the model, data and clipping by building from the new config, the optimizer's
+``resume.allow_changes=true`` applies every change it lists: `check_resume` returns them as a
+`ResumeVerdict`, which ``train()`` prints and records as ``resume.changes`` (the callback checks
+and changes nothing); the model, data and clipping by building from the new config, the optimizer's
 settings (the learning rate included, scaling its schedule) and vramkit's schedule after the
 checkpoint's optimizer state is loaded (`CheckpointContract`). What it cannot apply is refused even
 then: a seed (the random streams and the data order continue from the checkpoint), another
@@ -38,16 +39,14 @@ positions count per process).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vramkit.core.callbacks.checkpoint_contract import CONTRACT_KEY
 from vramkit.core.config.instantiate import instantiate
@@ -58,9 +57,7 @@ from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.io.checkpoint_io import UnreadableCheckpointError, read_checkpoint
 from vramkit.core.run.refusals import refusals_as_messages
 from vramkit.core.run.run_folder import folder_of_checkpoint, read_run_file
-from vramkit.core.run.settle import Settlement
-
-log = logging.getLogger(__name__)
+from vramkit.core.run.settle import Settlement, override_text
 
 COMPOSED_KEYS = (
     "task_name",
@@ -125,7 +122,8 @@ class ResumeSettings(Settings):
 
 
 class ResumeContract(Callback):
-    """Hydra callback: `enforce_resume_contract` before a single training run writes anything.
+    """Hydra callback: `check_resume` before a single training run writes anything; it refuses
+    and changes nothing (the run asks for the verdict again and applies it, `train()`).
 
     ``eval.py`` writes into a folder of its own, never a checkpoint's: ``evaluate`` checks its
     checkpoint itself, whatever Hydra settings it runs under.
@@ -135,17 +133,38 @@ class ResumeContract(Callback):
         if "train" not in config:  # not train.yaml's config
             return
         with refusals_as_messages():
-            enforce_resume_contract(config)
+            check_resume(config)
 
 
-def enforce_resume_contract(config: DictConfig) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class ResumeVerdict:
+    """What a run's checkpoint settings let it do: the exactness-breaking changes it applies
+    (``resume.allow_changes=true``), each as ``key: old -> new``; () when there are none."""
+
+    changes: tuple[str, ...] = ()
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The overrides that record the changes in the run's config (``resume.changes``)."""
+        if not self.changes:
+            return ()
+        return (f"++resume.changes={override_text(list(self.changes))}",)
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """One line per change applied, for the console."""
+        return tuple(f"resume: applying {c} (resume.allow_changes=true)" for c in self.changes)
+
+
+def check_resume(config: DictConfig) -> ResumeVerdict:
     """Check ``ckpt_path`` and ``init_from`` of ``config`` (a run's config, Hydra's node included
-    or not) and return the changes applied to it on a resume (``key: old -> new``).
+    or not, left unchanged) and return the verdict: the changes a resume applies.
 
     Raises `ConfigError` for an unreadable checkpoint, one of another task or model shape, both
     keys at once, exactness-breaking changes without ``resume.allow_changes=true``, or, with it,
-    a change it cannot apply (`NOT_APPLICABLE`). Applied changes are recorded in
-    ``config.resume.changes``.
+    a change it cannot apply (`NOT_APPLICABLE`). A verdict is kept for the checkpoint file and
+    the config it was given: asked again (the Hydra callback, then ``train()``), it reads and
+    builds nothing twice.
     """
     ckpt_path, init_from = config.get("ckpt_path"), config.get("init_from")
     if ckpt_path and init_from:
@@ -158,21 +177,28 @@ def enforce_resume_contract(config: DictConfig) -> list[str]:
     task = _task_config(config)
     settings = resume_settings(task)  # a typo in resume.* is refused on any run
     if not path or config.get("backend", "torch") != "torch":
-        return []
-    checkpoint = _readable(key, Path(str(path)))
+        return ResumeVerdict()
+    asked = (key, _identity_or_none(Path(str(path))), OmegaConf.to_yaml(task))
+    if asked not in _verdicts:
+        _verdicts[asked] = _verdict(key, Path(str(path)), task, settings)
+    return _verdicts[asked]
+
+
+def _verdict(key: str, path: Path, task: DictConfig, settings: ResumeSettings) -> ResumeVerdict:
+    checkpoint = _readable(key, path)
     contract = _contract_of(checkpoint)
-    _contracts[_identity(Path(str(path)))] = contract
-    recorded = _recorded_config(Path(str(path)))
-    _check_same_model(key, Path(str(path)), checkpoint, task, recorded)
+    _contracts[_identity(path)] = contract
+    recorded = _recorded_config(path)
+    _check_same_model(key, path, checkpoint, task, recorded)
     if key != "ckpt_path" or not task.get("train", False):
-        return []  # evaluation or new weights: nothing resumes
+        return ResumeVerdict()  # evaluation or new weights: nothing resumes
     trained = contract["settings"] if contract else _composed_settings(recorded)
     changes = exactness_changes(trained, task) if trained is not None else []
     if not changes:
-        return []
+        return ResumeVerdict()
     if not settings.allow_changes:
-        raise ConfigError(_refusal(Path(str(path)), changes), tuple(k for k, _, _ in changes))
-    return _apply(config, Path(str(path)), changes)
+        raise ConfigError(_refusal(path, changes), tuple(k for k, _, _ in changes))
+    return _applicable(path, changes)
 
 
 def resume_settings(cfg: DictConfig) -> ResumeSettings:
@@ -359,7 +385,7 @@ def _refusal(path: Path, changes: list[tuple[str, Any, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _apply(config: DictConfig, path: Path, changes: list[tuple[str, Any, Any]]) -> list[str]:
+def _applicable(path: Path, changes: list[tuple[str, Any, Any]]) -> ResumeVerdict:
     impossible = [
         f"{key}: {old} -> {new} ({why})"
         for key, old, new in changes
@@ -372,20 +398,23 @@ def _apply(config: DictConfig, path: Path, changes: list[tuple[str, Any, Any]]) 
             f"{'; '.join(impossible)}; start a new run from its weights with init_from={path}",
             ("ckpt_path",),
         )
-    applied = []
-    for key, old, new in changes:
-        print(
-            f"resume: applying {key}: {old} -> {new} (resume.allow_changes=true)", file=sys.stderr
-        )
-        applied.append(f"{key}: {old} -> {new}")
-    with read_write(config), open_dict(config):
-        OmegaConf.update(config, "resume.changes", applied, force_add=True)
-    return applied
+    return ResumeVerdict(tuple(f"{key}: {old} -> {new}" for key, old, new in changes))
 
 
 _contracts: dict[tuple[str, int, int], dict[str, Any] | None] = {}
-"""Contracts read by `enforce_resume_contract`, by checkpoint identity: ``train()`` reads them
-again after settling without loading the checkpoint twice."""
+"""Contracts read by `check_resume`, by checkpoint identity: ``train()`` reads them again after
+settling without loading the checkpoint twice."""
+
+_verdicts: dict[tuple[str, tuple[str, int, int] | None, str], ResumeVerdict] = {}
+"""Verdicts of `check_resume`, by the key checked, the checkpoint's identity and the config."""
+
+
+def _identity_or_none(path: Path) -> tuple[str, int, int] | None:
+    # No file (or no readable one): nothing to keep; `_readable` refuses it with its reason.
+    try:
+        return _identity(path)
+    except OSError:
+        return None
 
 
 def _identity(path: Path) -> tuple[str, int, int]:
@@ -433,7 +462,7 @@ def keep_trained_batch(composed: DictConfig, settlement: Settlement) -> Settleme
     accumulation makes up the rest (batch 4 × 1 → 1 × 4); a position inside an epoch then counts
     in whole new batches. Raises `ConfigError`, in one line, for another number of processes, for
     another precision without ``resume.allow_changes``, and where no batch keeps the samples per
-    step. Logs one line when the batch is regrouped."""
+    step. A regrouped batch says so in `Settlement.warnings`."""
     ckpt_path = composed.get("ckpt_path")
     if not ckpt_path or not composed.get("train", True):
         return settlement
@@ -484,16 +513,11 @@ def keep_trained_batch(composed: DictConfig, settlement: Settlement) -> Settleme
     accumulate = per_step // size
     if (size, accumulate) == (profile.batch_size, profile.accumulate_grad_batches):
         return settlement
-    log.warning(
-        "resume: batch %d × %d accumulated (this machine settled %d × %d) keeps the "
-        "checkpoint's %d samples per device and optimizer step (it trained %d × %d)",
-        size,
-        accumulate,
-        profile.batch_size,
-        profile.accumulate_grad_batches,
-        per_step,
-        trained["per_device"],
-        trained["accumulate"],
+    regrouped_line = (
+        f"resume: batch {size} × {accumulate} accumulated (this machine settled "
+        f"{profile.batch_size} × {profile.accumulate_grad_batches}) keeps the checkpoint's "
+        f"{per_step} samples per device and optimizer step (it trained "
+        f"{trained['per_device']} × {trained['accumulate']})"
     )
     regrouped = {"hw.batch_size": size, "hw.accumulate_grad_batches": accumulate}
     kept = tuple(o for o in settlement.overrides if override_key(o) not in regrouped)
@@ -503,4 +527,5 @@ def keep_trained_batch(composed: DictConfig, settlement: Settlement) -> Settleme
             update={"batch_size": size, "accumulate_grad_batches": accumulate}
         ),
         overrides=(*kept, *(f"++{key}={value}" for key, value in regrouped.items())),
+        warnings=(*settlement.warnings, regrouped_line),
     )

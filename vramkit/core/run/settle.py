@@ -1,38 +1,41 @@
-"""Settle, then compose: the two passes of every run.
+"""Settle, then compose: the two compositions of every run.
 
 1. Hydra composes the config the user asked for; no value of it plans anything (the trainer and
    data configs read the profile as plain ``${hw.…}`` interpolations, ``auto`` included).
 2. ``settle(cfg)`` decides what the profile leaves open (detection, device check, the automatic
-   fit, ``auto`` batch sizes, accumulation) and returns a ``Settlement``: a frozen, printable
-   record whose ``overrides``, appended to the user's, say all of it (``hw.batch_size=826``,
-   ``+hw=t4`` for a detected profile, a remedy's ``trainer=…``). A change made to the composed
-   config in code before settling (the resume contract sets a resumed run's optimizer back to
-   the checkpoint's and records ``resume.changes``) becomes overrides too (``++key=value``).
+   fit, ``auto`` batch sizes, accumulation: `vramkit.core.run.resolve_hardware.settle_profile`)
+   and returns a ``Settlement``: a frozen, printable record of the decisions, their lines and
+   records, and the overrides that, appended to the user's, say all of it
+   (``hw.batch_size=826``, ``+hw=t4`` for a detected profile, a remedy's ``trainer=…``).
+   Nothing is printed or written while deciding: the run does both after (`log_decisions`,
+   `write_overrides`, ``train()``'s records).
 3. ``settled_config(settlement)`` composes the run's config once more, through Hydra's public
    compose API, from ``settlement.run_overrides``: what ``python train.py <run_overrides>``
-   composes, the run folder's ``overrides.txt``.
+   composes, the run folder's ``overrides.txt``. (An automatic fit that applies a remedy
+   composes the user's overrides with the remedy once in between, to plan the remedied run.)
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from vramkit.core.config.source import command_line_overrides, override_key
 from vramkit.core.hardware.detect import DeviceInfo, probe_device
 from vramkit.core.hardware.profile import HardwareProfile, describe_profile
-from vramkit.core.run import resolve_hardware as hardware
 from vramkit.core.run.compose import compose_run
+from vramkit.core.run.resolve_hardware import settle_profile
 from vramkit.core.run.run_folder import RUN_OVERRIDES
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,15 +50,20 @@ class Settlement:
     """No `+hw=` was given: the machine chose the profile."""
     remedy: tuple[str, ...]
     """The automatic fit's overrides (`hw.fit: auto`), () when the requested run fit."""
-    fit_records: tuple[dict[str, Any], ...]
-    """What the automatic fit decided and why (the run folder's `fit_decision.json`)."""
+    remedy_record: dict[str, Any] | None
+    """What the automatic fit decided and why (the run folder's `fit_decision.json`); None when
+    the requested run fit or was not planned."""
+    memory_plan: dict[str, Any] | None
+    """The planner's predicted peaks at the settled batch sizes (the run folder's
+    `memory_plan.json`); None when nothing was planned."""
     decisions: tuple[str, ...]
-    """Each decision as it was logged (`hw: …` lines): detection, mapping, fit, batch sizes."""
+    """Each decision, in the order taken: detection, mapping, fit, batch sizes (`log_decisions`
+    logs them as `hw: …` lines)."""
     user_overrides: tuple[str, ...]
     """The overrides the user gave (the command line)."""
-    in_code: tuple[str, ...]
-    """Changes made to the composed config in code before settling (the resume contract's), as
-    overrides: `++key=value`, `~key` for a key removed."""
+    applied: tuple[str, ...]
+    """Overrides the run adds to the user's before the settlement's: a resume's verdict
+    (`++resume.changes=[…]`, `vramkit.core.run.resume_contract.ResumeVerdict`)."""
     overrides: tuple[str, ...]
     """The settlement's own overrides, appended to the user's to compose the run's config."""
     config_name: str
@@ -65,16 +73,19 @@ class Settlement:
     loader_workers: int | None = None
     """The worker processes the run's loaders get (``data.num_workers``, the profile's
     ``num_workers`` unless set otherwise); None when the config does not say."""
+    warnings: tuple[str, ...] = ()
+    """What a resume changed of the decisions (`keep_trained_batch`: a regrouped batch), logged
+    as warnings after them."""
 
     @property
     def run_overrides(self) -> tuple[str, ...]:
-        """The user's overrides, the changes made in code, and then the settlement's: the run's
+        """The user's overrides, the run's applied ones, and then the settlement's: the run's
         whole command line."""
-        return (*self.user_overrides, *self.in_code, *self.overrides)
+        return (*self.user_overrides, *self.applied, *self.overrides)
 
     def __str__(self) -> str:
         """The profile as the console shows it, what chose it, the remedy (when the automatic fit
-        applied one) and the overrides (the decisions are logged as they are taken)."""
+        applied one) and the overrides (the decisions are logged before, `log_decisions`)."""
         how = "detected" if self.detected else "given"
         lines = [
             describe_profile(self.profile, loader_workers=self.loader_workers),
@@ -95,73 +106,78 @@ def settle(
     check_device: bool = True,
     user_overrides: Sequence[str] | None = None,
     config_name: str | None = None,
+    applied: Sequence[str] = (),
 ) -> Settlement:
-    """Settle the hardware profile of `cfg` (the user's composed config, left unchanged).
+    """Settle the hardware profile of `cfg` (what the user's overrides compose to, left
+    unchanged: `settled_config` composes from the overrides, not from `cfg`).
 
     `device` is probed when None (and ignored with `check_device=False`, a preview for the
     profile's own hardware). `user_overrides` and `config_name` default to the running Hydra
-    app's (its command-line overrides, `hydra.searchpath` included, and primary config).
+    app's (its command-line overrides, `hydra.searchpath` included, and primary config);
+    `applied` are the run's own overrides composed after them (`Settlement.applied`).
     `plan_inference` (eval.py): a GPU profile's `val_batch_size` comes from an inference-only plan.
-    Raises what `resolve_hardware` raises: `ProfileError`, `HardwareMismatchError`,
-    `DoesNotFitError`. Where `cfg` is not what its overrides compose to (changed in code), the
-    changes are kept as overrides (`Settlement.in_code`).
+    Raises what `settle_profile` raises: `ProfileError`, `HardwareMismatchError`,
+    `DoesNotFitError`.
     """
     user = tuple(_given_overrides() if user_overrides is None else user_overrides)
     name = config_name or _config_name()
     conf_dir = Path(cfg.paths.conf_dir)
 
-    in_code = _changes_as_overrides(
-        OmegaConf.to_container(compose_run(name, user, conf_dir=conf_dir), resolve=False),
-        OmegaConf.to_container(cfg, resolve=False),
-    )
-
     def compose_with(extra: Sequence[str]) -> DictConfig:
-        return compose_run(name, [*user, *in_code, *extra], conf_dir=conf_dir)
+        return compose_run(name, [*user, *applied, *extra], conf_dir=conf_dir)
 
     if check_device and device is None:
         device = probe_device()
-    records: list[dict] = []
-    with _logged_decisions() as decisions:
-        settled = hardware.resolve_hardware(
-            copy.deepcopy(cfg),
-            conf_dir=conf_dir,
-            device=device,
-            plan_batches=plan_batches,
-            check_device=check_device,
-            fit_records=records,
-            compose_with=compose_with,
-            plan_inference=plan_inference,
-        )
+    settled = settle_profile(
+        cfg,
+        conf_dir=conf_dir,
+        device=device,
+        plan_batches=plan_batches,
+        check_device=check_device,
+        compose_with=compose_with,
+        plan_inference=plan_inference,
+    )
+    requested = settled.requested
     profile_file = conf_dir / "hw" / f"{settled.profile.name}.yaml"
     chosen = (
         (f"+hw={settled.profile.name}",)
-        if settled.requested.detected and cfg.get("hw") is None and profile_file.is_file()
+        if requested.detected and cfg.get("hw") is None and profile_file.is_file()
         else ()
     )
-    base = (*settled.remedy, *chosen)
-    run = compose_with(base)
-    composed = run.get("hw")
-    given = OmegaConf.to_container(composed, resolve=True) if composed is not None else {}
-    wanted = settled.profile.model_dump()
+    # What the run's composition gives `hw` before the fields below: the chosen profile's file
+    # (a remedy's hw keys on top), or the `hw` node the user's and the remedy's overrides gave.
+    composed = (requested.values if chosen else requested.given) or {}
     fields = tuple(
-        f"++hw.{key}={_override_value(value)}"
-        for key, value in wanted.items()
-        if key not in given or given[key] != _container_value(value)
+        f"++hw.{key}={override_text(value)}"
+        for key, value in settled.profile.model_dump().items()
+        if key not in composed or composed[key] != _container_value(value)
     )
     return Settlement(
         profile=settled.profile,
         device=device.describe() if check_device and device else "its own hardware (a preview)",
-        detected=settled.requested.detected,
+        detected=requested.detected,
         remedy=settled.remedy,
-        fit_records=tuple(records),
-        decisions=tuple(decisions),
+        remedy_record=settled.remedy_record,
+        memory_plan=settled.memory_plan,
+        decisions=settled.lines,
         user_overrides=user,
-        in_code=in_code,
-        overrides=(*base, *fields),
+        applied=tuple(applied),
+        overrides=(*settled.remedy, *chosen, *fields),
         config_name=name,
         conf_dir=str(conf_dir),
-        loader_workers=_loader_workers(run, settled.profile),
+        loader_workers=_loader_workers(cfg, settled.profile),
     )
+
+
+@rank_zero_only
+def log_decisions(settlement: Settlement) -> None:
+    """Log each decision of `settlement` as an `hw: …` line, then its warnings, once (rank zero
+    of a DDP run)."""
+    # Log records, not prints: `--cfg job` output stays plain YAML.
+    for line in settlement.decisions:
+        log.info("hw: %s", line)
+    for line in settlement.warnings:
+        log.warning(line)
 
 
 def _loader_workers(run: DictConfig, profile: HardwareProfile) -> int | None:
@@ -176,44 +192,11 @@ def _loader_workers(run: DictConfig, profile: HardwareProfile) -> int | None:
     return raw if isinstance(raw, int) else None
 
 
-def _changes_as_overrides(composed: object, changed: object, key: str = "") -> tuple[str, ...]:
-    """The overrides that turn the config `composed` into `changed` (both as containers): one
-    `++key=value` for each leaf added or changed, one `~key` for each key removed."""
-    if isinstance(composed, dict) and isinstance(changed, dict):
-        overrides: list[str] = []
-        for name in [*composed, *(k for k in changed if k not in composed)]:
-            path = f"{key}.{name}" if key else str(name)
-            if name not in changed:
-                overrides.append(f"~{path}")
-            elif name not in composed:
-                overrides.append(f"++{path}={_override_value(changed[name])}")
-            else:
-                overrides.extend(_changes_as_overrides(composed[name], changed[name], path))
-        return tuple(overrides)
-    if composed == changed:
-        return ()
-    return (f"++{key}={_override_value(changed)}",)
-
-
-class SettlementMismatch(RuntimeError):
-    """The run's config, composed from the settlement's overrides, is not what was settled."""
-
-
 def settled_config(settlement: Settlement) -> DictConfig:
-    """The run's config: `settlement.run_overrides` composed through Hydra's public API.
-
-    Raises `SettlementMismatch` (a defect, not a user's mistake) when its `hw` node is not
-    the settled profile.
-    """
-    cfg = compose_run(
+    """The run's config: `settlement.run_overrides` composed through Hydra's public API."""
+    return compose_run(
         settlement.config_name, settlement.run_overrides, conf_dir=Path(settlement.conf_dir)
     )
-    wanted = {k: _container_value(v) for k, v in settlement.profile.model_dump().items()}
-    got = OmegaConf.to_container(cfg.hw, resolve=True) if "hw" in cfg else {}
-    if got != wanted:
-        differ = sorted(k for k in wanted if got.get(k, "<absent>") != wanted[k])
-        raise SettlementMismatch(f"the composed run's hw differs from the settlement in {differ}")
-    return cfg
 
 
 def write_overrides(output_dir: Path, settlement: Settlement, name: str = RUN_OVERRIDES) -> Path:
@@ -248,53 +231,40 @@ def _container_value(value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _override_value(value: object) -> str:
-    """`value` as Hydra's override grammar reads it back: plain where that round-trips, quoted
-    otherwise (a string that would read as a number, or holds spaces or quotes)."""
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-./]*")
+"""Text Hydra's override grammar reads back as the same string when written unquoted: word
+characters, `-`, `.` and `/`, not first a sign or a dot (hydra/grammar/OverrideLexer.g4:
+`ID`, `UNQUOTED_CHAR`)."""
+
+_KEYWORDS = {"true", "false", "null", "nan", "inf"}
+"""Words the grammar reads as a bool, None or a float, in any case (OverrideLexer.g4: `BOOL`,
+`NULL`, `FLOAT`)."""
+
+
+def override_text(value: object) -> str:
+    """`value` as Hydra's override grammar reads it back: plain where the text is `_PLAIN` and
+    reads as no number or keyword, quoted otherwise (a string that would read as a number, or
+    holds spaces, quotes, backslashes or `$`)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, tuple | list):
-        return "[" + ",".join(_override_value(v) for v in value) + "]"
+        return "[" + ",".join(override_text(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{_override_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(f"{k}:{override_text(v)}" for k, v in value.items()) + "}"
     text = str(value)
-    if isinstance(value, str):
-        parsed = _parsed(text)
-        if parsed != value or not isinstance(parsed, str) or text != text.strip() or " " in text:
-            quote = '"' if "'" in text else "'"
-            return f"{quote}{text}{quote}"
+    if isinstance(value, str) and not _plain(text):
+        quote = '"' if "'" in text else "'"
+        return f"{quote}{text}{quote}"
     return text
 
 
-def _parsed(text: str) -> object:
+def _plain(text: str) -> bool:
+    if not _PLAIN.fullmatch(text) or text.lower() in _KEYWORDS:
+        return False
     try:
-        return OverridesParser.create().parse_override(f"key={text}").value()
-    except Exception:  # any text the grammar refuses is quoted instead
-        return None
-
-
-@contextmanager
-def _logged_decisions() -> Iterator[list[str]]:
-    """The `hw:` lines `resolve_hardware` logs while inside, collected in order."""
-    lines: list[str] = []
-
-    class Collector(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(record.getMessage().removeprefix("hw: "))
-
-    logger = logging.getLogger(hardware.__name__)
-    level, propagate = logger.level, logger.propagate
-    if not logger.isEnabledFor(logging.INFO):
-        # Collected although nobody shows INFO lines: kept from the other handlers, as before.
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-    collector = Collector(logging.INFO)
-    logger.addHandler(collector)
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(collector)
-        logger.setLevel(level)
-        logger.propagate = propagate
+        float(text)  # 7.5, 1e3, 1_000: the grammar reads them as numbers
+    except ValueError:
+        return True
+    return False

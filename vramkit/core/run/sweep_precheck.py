@@ -30,7 +30,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vramkit.core.run.refusals import refusals_before_the_sweep
-from vramkit.core.run.resume_contract import enforce_resume_contract
+from vramkit.core.run.resume_contract import check_resume
 from vramkit.core.run.settle import settle
 from vramkit.core.run.train import refuse_mistakes
 
@@ -89,7 +89,7 @@ def check_job(config_name: str | None, overrides: list[str]) -> None:
             del cfg.hydra
         with _quiet():
             refuse_mistakes(cfg)
-            enforce_resume_contract(cfg)  # a checkpoint every job would fail to load
+            check_resume(cfg)  # a checkpoint every job would fail to load
             settle(cfg, plan_batches=False, user_overrides=overrides, config_name=config_name)
     finally:
         HydraConfig.instance().cfg = before

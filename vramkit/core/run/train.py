@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -28,6 +30,8 @@ from vramkit.core.run.library_chatter import hide_library_chatter, output_settin
 from vramkit.core.run.loggers import finish_wandb, log_config
 from vramkit.core.run.requeue import requeued_checkpoint
 from vramkit.core.run.resume_contract import (
+    ResumeVerdict,
+    check_resume,
     keep_trained_batch,
     load_initial_weights,
     resume_settings,
@@ -38,7 +42,13 @@ from vramkit.core.run.run_folder_guard import claim_job_folder
 from vramkit.core.run.run_record import RECORD_NAME, write_run_record
 from vramkit.core.run.run_summary import summary_lines
 from vramkit.core.run.seed import check_seed
-from vramkit.core.run.settle import Settlement, settle, settled_config, write_overrides
+from vramkit.core.run.settle import (
+    Settlement,
+    log_decisions,
+    settle,
+    settled_config,
+    write_overrides,
+)
 from vramkit.core.workload import check_workload
 
 log = logging.getLogger(__name__)
@@ -47,8 +57,11 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig) -> float | None:
     """Fit the task's model on its data with the hardware profile's settings.
 
-    Returns the value of ``cfg.optimized_metric`` for the best checkpoint (or the last epoch when
-    no checkpoint ranks them), which is what a Hydra sweep optimises.
+    `cfg` is what the user's overrides compose to (``@hydra.main``'s, or `compose_config`'s); the
+    run's config is composed again from those overrides plus the settlement's, so a change made to
+    `cfg` in code does not reach the run: give it as an override. Returns the value of
+    ``cfg.optimized_metric`` for the best checkpoint (or the last epoch when no checkpoint ranks
+    them), which is what a Hydra sweep optimises.
     """
     quiet_other_processes()  # a DDP process of rank > 0 repeats rank 0's lines
     claim_job_folder(os.environ)  # a sweep's job owns its folder as a single run does
@@ -57,14 +70,17 @@ def train(cfg: DictConfig) -> float | None:
     # Mistakes first, then hardware: a bad value, a misspelt key or a profile the machine cannot
     # honour must stop the run before any planning, data or model work.
     refuse_mistakes(cfg)
+    # The checkpoint's verdict (the Hydra callback refused a wrong one before any folder): the
+    # changes a resume applies, recorded in the run's config as resume.changes.
+    verdict = check_resume(cfg)
     # Settle, then compose: the profile's open values decided as overrides, and the run's config
     # composed again from the user's overrides plus those (vramkit.core.run.settle).
-    settlement = settle(cfg)
+    settlement = settle(cfg, applied=verdict.overrides)
     # A resume trains the checkpoint's samples per step, whatever this machine fits now.
     settlement = keep_trained_batch(cfg, settlement)
     contract = run_contract(cfg, settlement.profile)
     cfg = settled_config(settlement)
-    log.info("Hardware profile\n%s", settlement)
+    _say_decisions(settlement, verdict)
     requeued = requeued_checkpoint(cfg, os.environ)
     if requeued is not None:  # recorded in the run's config like a resume the user asked for
         log.warning("a requeued job: resuming from %s", requeued)
@@ -135,11 +151,22 @@ def _log_summary(trainer: L.Trainer) -> None:
 
 
 @rank_zero_only
+def _say_decisions(settlement: Settlement, verdict: ResumeVerdict) -> None:
+    # Everything the run decided before building anything, once, in the order it was decided.
+    for line in verdict.lines:
+        print(line, file=sys.stderr)
+    log_decisions(settlement)
+    log.info("Hardware profile\n%s", settlement)
+
+
+@rank_zero_only
 def _record_config(cfg: DictConfig, output_dir: Path, settlement: Settlement) -> None:
     # Once per run, not per DDP process; a resumed run keeps the first run's record.
     output_dir.mkdir(parents=True, exist_ok=True)
-    for record in settlement.fit_records:
-        write_fit_decision(output_dir, record)
+    if settlement.remedy_record is not None:
+        write_fit_decision(output_dir, settlement.remedy_record)
+    if settlement.memory_plan is not None:
+        _write_memory_plan(output_dir, settlement.memory_plan)
     write_overrides(output_dir, settlement, record_name(output_dir, RUN_OVERRIDES))
     config_name = record_name(output_dir, RUN_CONFIG)
     (output_dir / config_name).write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -150,6 +177,18 @@ def _record_config(cfg: DictConfig, output_dir: Path, settlement: Settlement) ->
         log.info(
             "resuming %s; this run writes into %s (%s)", cfg.ckpt_path, output_dir, config_name
         )
+
+
+def _write_memory_plan(output_dir: Path, predictions: dict) -> None:
+    """The planner's predicted peaks beside the run's measured ones: report.html draws both."""
+    # Imported here: only runs that planned write the file.
+    from vramkit.core.report.build import MEMORY_PLAN
+
+    # A resumed run's plan goes beside the first run's (memory_plan.resume_1.json), which the
+    # report keeps reading.
+    resumed = (output_dir / RUN_CONFIG).is_file()
+    name = record_name(output_dir, MEMORY_PLAN) if resumed else MEMORY_PLAN
+    (output_dir / name).write_text(json.dumps(predictions, indent=2) + "\n")
 
 
 def _optimized_metric(trainer: L.Trainer, name: str | None) -> float | None:

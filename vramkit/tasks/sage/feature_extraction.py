@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from vramkit.core.config.instantiate import instantiate
-from vramkit.core.run.settle import settle, settled_config
+from vramkit.core.run.settle import log_decisions, settle, settled_config
 from vramkit.core.units import GIB
 from vramkit.tasks.sage.arc_batching import grid_loader
 from vramkit.tasks.sage.arc_examples import INPUT_KEYS
@@ -139,7 +139,9 @@ def run_extraction(cfg: DictConfig) -> Path:
             f"task_name={cfg.get('task_name')!r}"
         )
     # No batch planning: it would plan the student's training, whose data is this very cache.
-    cfg = settled_config(settle(cfg, plan_batches=False))
+    settlement = settle(cfg, plan_batches=False)
+    log_decisions(settlement)
+    cfg = settled_config(settlement)
     datamodule: SageFeatureDataModule = instantiate(cfg.data)
     checkpoint, sha256 = datamodule.resolve_teacher()
     directory = datamodule.cache_directory(sha256)

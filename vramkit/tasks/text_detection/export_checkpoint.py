@@ -30,7 +30,7 @@ from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.source import ConfigSource, command_line_overrides
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.core.run.checkpoint_setting import checkpoint_setting
-from vramkit.core.run.settle import settle, settled_config
+from vramkit.core.run.settle import log_decisions, settle, settled_config
 from vramkit.tasks.text_detection.backend_parity import compare_backends
 from vramkit.tasks.text_detection.device_inputs import normalize_images
 from vramkit.tasks.text_detection.export_settings import ExportRequest, ExportSettings
@@ -139,7 +139,9 @@ def _export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
     # Read first, weights only: a file that is no checkpoint, or would run code, is refused in
     # one line before any work, and the refusal withdraws the exports/ folder Hydra made.
     checkpoint = checkpoint_setting("ckpt_path", request.ckpt_path, mmap=False)
-    cfg = settled_config(settle(cfg, plan_batches=False))
+    settlement = settle(cfg, plan_batches=False)
+    log_decisions(settlement)
+    cfg = settled_config(settlement)
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
     module = load_network(cfg, checkpoint)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import TRAIN, VAL, plan_task, resolve_auto_batch_sizes
-from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.resolve_hardware import settle_profile
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"
 T4 = DeviceInfo("cuda", "Tesla T4", 14.57, (7, 5), count=1, cpu_count=2)
@@ -62,7 +61,8 @@ def test_auto_sizes_are_the_largest_under_the_budget(small_t4_plan):
 
 def test_a_micro_batch_with_accumulation_keeps_the_effective_batch(small_t4_plan, caplog):
     cfg, profile, plan = small_t4_plan
-    train, val, accumulate, lines = resolve_auto_batch_sizes(cfg, profile)
+    sizes = resolve_auto_batch_sizes(cfg, profile)
+    train, val, accumulate, lines = sizes.train, sizes.val, sizes.accumulate, sizes.lines
     assert train <= plan.train.batch_size
     assert train * accumulate == 4096  # batch_size_defaults.train
     assert val == plan.val.batch_size
@@ -77,16 +77,19 @@ def test_a_global_target_batch_is_shared_by_every_process(small_t4_plan):
         t4_values(memory_gib=SMALL_T4_GIB, devices=2, num_nodes=2, target_effective_batch=4096),
         ProfileSource("conf/hw/t4.yaml"),
     )
-    train, _, accumulate, lines = resolve_auto_batch_sizes(cfg, four)  # planned per device (DDP)
+    sizes = resolve_auto_batch_sizes(cfg, four)  # planned per device (DDP)
+    train, accumulate, lines = sizes.train, sizes.accumulate, sizes.lines
     assert train * accumulate == 1024  # per device: 4096 over 2 devices × 2 nodes
     assert any("(hw.target_effective_batch / 4 processes)" in line for line in lines)
 
 
-def test_resolve_hardware_hands_the_planned_sizes_to_the_trainer_and_data(caplog):
+def test_settling_hands_the_planned_sizes_to_the_trainer_and_data():
     cfg = task_config(CONV_MODEL, IMAGE_DATA, t4_values(memory_gib=SMALL_T4_GIB), (16, 16))
     cfg.trainer.accumulate_grad_batches = "${hw.accumulate_grad_batches}"
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4).profile
-    out = caplog.text
+    settled = settle_profile(cfg, conf_dir=CONF_DIR, device=T4)
+    profile = settled.profile
+    cfg.hw = profile.model_dump()  # what the run's composition gives its hw node
+    out = "\n".join(settled.lines)
     assert "memory planner (t4, 16-mixed" in out
     assert isinstance(profile.batch_size, int) and profile.batch_size > 16
     assert cfg.data.batch_size == profile.batch_size  # what the datamodule and Trainer receive
@@ -94,19 +97,21 @@ def test_resolve_hardware_hands_the_planned_sizes_to_the_trainer_and_data(caplog
     assert cfg.trainer.accumulate_grad_batches == 1
 
 
-def test_on_a_cpu_auto_keeps_the_task_defaults(caplog):
+def test_on_a_cpu_auto_keeps_the_task_defaults():
     cfg = task_config(CONV_MODEL, IMAGE_DATA, {}, (12, 20))
     del cfg["hw"]
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=CPU).profile
-    assert (profile.batch_size, profile.val_batch_size) == (12, 20)
-    assert "memory planner" not in caplog.text
+    settled = settle_profile(cfg, conf_dir=CONF_DIR, device=CPU)
+    assert (settled.profile.batch_size, settled.profile.val_batch_size) == (12, 20)
+    assert not any("memory planner" in line for line in settled.lines)
 
 
-def test_a_planned_run_leaves_the_prediction_for_its_report(tmp_path):
+def test_a_planned_run_hands_back_the_prediction_for_its_report(tmp_path):
     cfg = task_config(CONV_MODEL, IMAGE_DATA, t4_values(memory_gib=SMALL_T4_GIB), (16, 16))
     cfg.paths = {"output_dir": str(tmp_path)}
-    profile = resolve_hardware(cfg, conf_dir=CONF_DIR, device=T4).profile
-    written = json.loads((tmp_path / "memory_plan.json").read_text())
+    settled = settle_profile(cfg, conf_dir=CONF_DIR, device=T4)
+    profile = settled.profile
+    assert not (tmp_path / "memory_plan.json").exists()  # deciding writes nothing; the run does
+    written = settled.memory_plan
     assert written["profile"] == "t4"
     assert written["train"]["batch_size"] == profile.batch_size
     assert written["val"]["batch_size"] == profile.val_batch_size

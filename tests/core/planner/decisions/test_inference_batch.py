@@ -3,7 +3,6 @@ and its hook in `resolve_hardware(plan_inference=True)`, which `evaluate(cfg)` c
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from vramkit.core.planner import DoesNotFitError, MemoryPlanner, plan_task
 from vramkit.core.planner.decisions.inference_plan import plan_inference_batch_size
 from vramkit.core.planner.decisions.plan import INFERENCE
 from vramkit.core.planner.tracing.recorder import GRADIENTS, OPTIMIZER_STATE
-from vramkit.core.run.resolve_hardware import resolve_hardware
+from vramkit.core.run.resolve_hardware import settle_profile
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"
 SMALL_T4_GIB = 1.0  # a T4 profile shrunk so a tiny model's inference batch meets the budget
@@ -111,9 +110,8 @@ def test_a_profile_without_a_budget_plans_nothing(small_t4):
 
 
 @pytest.fixture
-def eval_config(caplog):
-    """A T4 eval config of the tiny model, outside any Hydra run, its `hw:` lines captured."""
-    caplog.set_level(logging.INFO, logger="vramkit")
+def eval_config():
+    """A T4 eval config of the tiny model, outside any Hydra run."""
     saved = HydraConfig.instance().cfg
     HydraConfig.instance().cfg = None
 
@@ -126,28 +124,34 @@ def eval_config(caplog):
     HydraConfig.instance().cfg = saved
 
 
-def _eval_profile(cfg, device=T4):
-    return resolve_hardware(
+def _eval_settled(cfg, device=T4):
+    return settle_profile(
         cfg, conf_dir=CONF_DIR, device=device, plan_batches=False, plan_inference=True
-    ).profile
+    )
 
 
-def test_eval_auto_takes_the_inference_plans_batch_in_one_line(eval_config, caplog):
+def _eval_profile(cfg, device=T4):
+    return _eval_settled(cfg, device).profile
+
+
+def test_eval_auto_takes_the_inference_plans_batch_in_one_line(eval_config):
     cfg = eval_config()
-    profile = _eval_profile(cfg)
+    settled = _eval_settled(cfg)
+    profile = settled.profile
     largest = plan_inference_batch_size(cfg, profile, batch_size=None).inference.batch_size
+    cfg.hw = profile.model_dump()  # what the run's composition gives its hw node
     assert profile.val_batch_size == cfg.data.val_batch_size == largest > DEFAULTS[1]
     assert profile.batch_size == DEFAULTS[0]  # evaluation never trains: no training plan
-    (line,) = [line for line in caplog.messages if "inference plan" in line]
-    assert f"hw: inference plan (t4, 16-mixed): eval batch {largest} (the largest" in line
+    (line,) = [line for line in settled.lines if "inference plan" in line]
+    assert line.startswith(f"inference plan (t4, 16-mixed): eval batch {largest} (the largest")
     assert "planned peak" in line and "budget 0.85 GiB" in line
-    assert "memory planner (" not in caplog.text
+    assert not any("memory planner (" in line for line in settled.lines)
 
 
-def test_eval_keeps_a_set_batch_that_fits(eval_config, caplog):
-    profile = _eval_profile(eval_config(val_batch_size=8))
-    assert profile.val_batch_size == 8
-    assert "eval batch 8 (as set)" in caplog.text
+def test_eval_keeps_a_set_batch_that_fits(eval_config):
+    settled = _eval_settled(eval_config(val_batch_size=8))
+    assert settled.profile.val_batch_size == 8
+    assert any("eval batch 8 (as set)" in line for line in settled.lines)
 
 
 def test_eval_refuses_a_set_batch_over_the_budget_naming_the_key_and_the_largest(eval_config):
@@ -160,9 +164,9 @@ def test_eval_refuses_a_set_batch_over_the_budget_naming_the_key_and_the_largest
     assert message.endswith(f"the largest that fits is {largest}: set hw.val_batch_size={largest}")
 
 
-def test_eval_on_a_cpu_plans_nothing(eval_config, caplog):
+def test_eval_on_a_cpu_plans_nothing(eval_config):
     cfg = eval_config()
     del cfg["hw"]
-    profile = _eval_profile(cfg, device=CPU)
-    assert profile.val_batch_size == DEFAULTS[1]
-    assert "inference plan" not in caplog.text
+    settled = _eval_settled(cfg, device=CPU)
+    assert settled.profile.val_batch_size == DEFAULTS[1]
+    assert not any("inference plan" in line for line in settled.lines)

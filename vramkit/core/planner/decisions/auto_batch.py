@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -52,13 +53,29 @@ def _keep_effective_batch(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class AutoBatchSizes:
+    """What `resolve_auto_batch_sizes` decided: the sizes, the lines saying why, the prediction."""
+
+    train: int
+    """The training batch per device."""
+    val: int
+    """The validation batch per device."""
+    accumulate: int
+    """`accumulate_grad_batches`."""
+    lines: tuple[str, ...]
+    """What was chosen and why, for the console."""
+    predictions: dict[str, Any] | None = None
+    """A GPU plan's predicted peaks at the chosen sizes (the run folder's `memory_plan.json`);
+    None without a GPU plan."""
+
+
 def resolve_auto_batch_sizes(
     cfg: DictConfig,
     profile: HardwareProfile,
     plan: MemoryPlan | None = None,
-    predictions: dict[str, Any] | None = None,
-) -> tuple[int, int, int, list[str]]:
-    """Batch sizes for a profile's "auto" fields: (train, val, accumulate_grad_batches, lines).
+) -> AutoBatchSizes:
+    """Batch sizes for a profile's "auto" fields, with the lines that say why.
 
     On a GPU profile the planner picks the largest training and validation batch sizes whose
     predicted peak fits `profile.budget_gib` (capped by the dataset sizes); when the training
@@ -67,8 +84,8 @@ def resolve_auto_batch_sizes(
     the task's `batch_size_defaults`. Explicit (non-"auto") sizes are returned unchanged. The
     lines say what was chosen and why, for the console. `plan` is this config's plan on
     `profile` when one was made already (the same batch sizes asked for), to trace nothing twice.
-    A GPU plan fills ``predictions`` (when
-    given) with the predicted peak of each phase at the chosen sizes, for the run's report:
+    A GPU plan's ``predictions`` are the predicted peak of each phase at the chosen sizes, for the
+    run's report:
     ``{"profile", "precision", "budget_gib", "train": {"batch_size", "accumulate_grad_batches",
     "peak_gib", "max_allocated_gib", "max_allocated_estimate_gib"}, "val": {...the same}}``
     (``peak_gib`` with the CUDA context and allocator reserve, as the budget counts it;
@@ -86,7 +103,7 @@ def resolve_auto_batch_sizes(
                 f"{DEFAULTS_KEY}; set hw.batch_size and hw.val_batch_size"
             )
         line = f"{profile.name}: no GPU budget to plan, batch sizes {train} / {val} (task defaults)"
-        return train, val, profile.accumulate_grad_batches, [line]
+        return AutoBatchSizes(train, val, profile.accumulate_grad_batches, (line,))
 
     if plan is None:
         plan = plan_task(
@@ -119,30 +136,29 @@ def resolve_auto_batch_sizes(
         train, accumulate, line = _keep_effective_batch(plan, cfg, profile, plan.train.batch_size)
         if line is not None:
             lines.append(line)
-    if predictions is not None:
-        train_phase = plan.train
-        if (train, accumulate) != (plan.train.batch_size, profile.accumulate_grad_batches):
-            accumulating = plan.setup.replace(accumulate_grad_batches=accumulate)
-            train_phase = plan.planner.measure(TRAIN, train, accumulating)
-        predictions.update(
-            profile=profile.name,
-            precision=plan.setup.precision,
-            budget_gib=plan.budget_gib,
-            train={
-                "batch_size": train,
-                "accumulate_grad_batches": accumulate,
-                "peak_gib": train_phase.peak / GIB,
-                "max_allocated_gib": train_phase.predicted_max_allocated / GIB,
-                "max_allocated_estimate_gib": train_phase.max_allocated_estimate / GIB,
-            },
-            val={
-                "batch_size": plan.val.batch_size,
-                "peak_gib": plan.val.peak / GIB,
-                "max_allocated_gib": plan.val.predicted_max_allocated / GIB,
-                "max_allocated_estimate_gib": plan.val.max_allocated_estimate / GIB,
-            },
-        )
-    return train, plan.val.batch_size, accumulate, lines
+    train_phase = plan.train
+    if (train, accumulate) != (plan.train.batch_size, profile.accumulate_grad_batches):
+        accumulating = plan.setup.replace(accumulate_grad_batches=accumulate)
+        train_phase = plan.planner.measure(TRAIN, train, accumulating)
+    predictions = {
+        "profile": profile.name,
+        "precision": plan.setup.precision,
+        "budget_gib": plan.budget_gib,
+        "train": {
+            "batch_size": train,
+            "accumulate_grad_batches": accumulate,
+            "peak_gib": train_phase.peak / GIB,
+            "max_allocated_gib": train_phase.predicted_max_allocated / GIB,
+            "max_allocated_estimate_gib": train_phase.max_allocated_estimate / GIB,
+        },
+        "val": {
+            "batch_size": plan.val.batch_size,
+            "peak_gib": plan.val.peak / GIB,
+            "max_allocated_gib": plan.val.predicted_max_allocated / GIB,
+            "max_allocated_estimate_gib": plan.val.max_allocated_estimate / GIB,
+        },
+    }
+    return AutoBatchSizes(train, plan.val.batch_size, accumulate, tuple(lines), predictions)
 
 
 def _phase_words(name: str, size: int, peak: int, searched: bool, limit: int | None) -> str:
