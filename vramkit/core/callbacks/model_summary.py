@@ -9,9 +9,9 @@ import lightning as L
 from lightning.pytorch.callbacks import RichModelSummary
 from lightning.pytorch.utilities.model_summary import summarize
 from pydantic import Field
-from torch._dynamo.eval_frame import OptimizedModule
 from torch.utils.flop_counter import FlopCounterMode
 
+from vramkit.core.compat import lightning_private, torch_private
 from vramkit.core.config.settings import Settings
 from vramkit.core.data.batches import batch_size_of
 
@@ -81,10 +81,10 @@ class RunModelSummary(RichModelSummary):
         summary = summarize(pl_module, max_depth=self._max_depth)
         # The table reads its FLOPs from the summary's own counter (flop_counts, total_flops),
         # which saw no forward pass: it gets the counts of the real step instead.
-        summary._flop_counter = _StepFlops(counter, pl_module)
+        lightning_private.set_summary_flop_counter(summary, _StepFlops(counter, pl_module))
         if trainer.is_global_zero:
             self.summarize(
-                summary._get_summary_data(),
+                lightning_private.summary_rows(summary),
                 summary.total_parameters,
                 summary.trainable_parameters,
                 summary.model_size,
@@ -144,8 +144,4 @@ class _StepFlops:
 
 
 def _is_compiled(pl_module: L.LightningModule) -> bool:
-    return any(
-        isinstance(module, OptimizedModule)
-        or getattr(module, "_compiled_call_impl", None) is not None
-        for module in pl_module.modules()
-    )
+    return any(torch_private.is_compiled(module) for module in pl_module.modules())
