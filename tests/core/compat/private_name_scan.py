@@ -6,7 +6,9 @@ _Stateful``); an attribute reached from a name imported from them (``torch._fore
 ``nn.modules.batchnorm._BatchNorm``); or, on any other object but ``self``, ``cls`` and
 ``super()``, an attribute, or a string given to ``getattr``/``hasattr``/``setattr``, whose name
 the libraries define as private (``module._trainer``, ``job_return._return_value``): those names
-are read from the installed libraries' sources (``def _x``, ``class _X``, ``self._x =``).
+are read from the installed libraries' sources (``def _x``, ``class _X``, ``self._x =``). On
+``self`` and ``cls`` such a name counts when the file itself defines no attribute or function of
+that name: it is then inherited from the library's class (``self._trainer`` in a LightningModule).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ PUBLIC = frozenset(
     | {"_fields", "_field_defaults", "_asdict", "_replace", "_make"}
 )
 _DEFINED = re.compile(r"(?:def|class)\s+(_[A-Za-z]\w*)|self\.(_[A-Za-z]\w*)\s*[:=]")
+# In a file's own code: a name it defines, also with an annotation (``self._x: int = 0``).
+_OWN = re.compile(r"(?:def|class)\s+(_[A-Za-z]\w*)|self\.(_[A-Za-z]\w*)\s*(?::[^=\n]*)?=")
 _ATTRIBUTE_CALLS = {"getattr", "hasattr", "setattr", "delattr"}
 
 
@@ -82,11 +86,14 @@ def _uses(source: str, names: frozenset[str]) -> list[tuple[int, str, tuple[str,
             if private := tuple(filter(is_private, [*parts, *imported])):
                 code = f"from {node.module} import {', '.join(imported)}"
                 found.append((node.lineno, code, private))
+    own = {defined or assigned for defined, assigned in _OWN.findall(source)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and is_private(node.attr):
-            if _root_name(node.value) in library_aliases or (
-                not _is_own_object(node.value) and node.attr in names
-            ):
+            # On self/cls, a library's name counts unless this file defines it (inherited).
+            libraries = node.attr in names and (
+                not _is_own_object(node.value) or node.attr not in own
+            )
+            if libraries or _root_name(node.value) in library_aliases:
                 found.append((node.lineno, ast.unparse(node), (node.attr,)))
         elif (
             isinstance(node, ast.Call)

@@ -8,7 +8,8 @@ from datetime import timedelta
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.model_summary import summarize
 from torch.utils.data import DataLoader
 
@@ -100,3 +101,19 @@ def test_is_local_path_tells_files_from_remote_urls(tmp_path):
     assert lightning_private.is_local_path(f"file://{tmp_path}/last.ckpt")
     assert not lightning_private.is_local_path("s3://bucket/last.ckpt")
     assert not lightning_private.is_local_path("memory://last.ckpt")
+
+
+def test_rich_console_kwargs_are_those_the_bar_was_made_with():
+    assert lightning_private.rich_console_kwargs(RichProgressBar()) == {}
+    made = RichProgressBar(console_kwargs={"force_terminal": True})
+    assert lightning_private.rich_console_kwargs(made) == {"force_terminal": True}
+
+
+def test_wandb_init_kwargs_are_the_dict_wandb_init_gets(tmp_path):
+    logger = WandbLogger(offline=True, save_dir=str(tmp_path), project="p")
+    assert lightning_private.wandb_offline(logger)
+    assert not lightning_private.wandb_offline(WandbLogger(save_dir=str(tmp_path)))
+    init = lightning_private.wandb_init_kwargs(logger)
+    assert init["project"] == "p"
+    init["tags"] = ["x"]
+    assert lightning_private.wandb_init_kwargs(logger)["tags"] == ["x"]  # the same dict

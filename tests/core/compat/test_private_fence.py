@@ -46,6 +46,7 @@ def test_no_private_name_of_a_library_outside_the_compat_modules_and_the_planner
         "callback._every_n_train_steps < 1",
         "getattr(module, '_compiled_call_impl', None)",
         "summary._flop_counter = counter",
+        "class M(LightningModule):\n    def f(self):\n        return self._trainer",
     ],
 )
 def test_the_scan_finds_each_kind_of_private_use(source):
@@ -56,6 +57,7 @@ def test_the_scan_finds_each_kind_of_private_use(source):
     "source",
     [
         "self._trainer = trainer",  # an object's own attribute
+        "def f(self):\n    self._trainer: object = None\n    return self._trainer",
         "value = super()._means(output)",
         "node._target_",  # Hydra's documented config key
         "point._fields",  # the namedtuple API

@@ -1,19 +1,24 @@
 """Lightning's private names that vramkit reads or sets, each behind one function.
 
 Checked on lightning 2.6.6 (``pyproject.toml`` admits ``>=2.6.6,<2.7``); every function here has a
-test on a real ``Trainer`` in ``tests/core/compat/test_lightning_private.py``.
+test in ``tests/core/compat/test_lightning_private.py``, on a real ``Trainer`` where a fit sets
+what it reads.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.fabric.utilities.types import _Stateful
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.model_summary import ModelSummary
+
+if TYPE_CHECKING:
+    from lightning.pytorch.callbacks import RichProgressBar
+    from lightning.pytorch.loggers import WandbLogger
 
 
 def attached_trainer(module: L.LightningModule) -> L.Trainer | None:
@@ -86,3 +91,23 @@ def is_local_path(path: str | Any) -> bool:
     fsspec URL (``s3://``...), decided as Lightning's checkpoint IO decides it:
     ``lightning.fabric.utilities.cloud_io._is_local_file_protocol``. Checked on lightning 2.6.6."""
     return _is_local_file_protocol(path)
+
+
+def rich_console_kwargs(bar: RichProgressBar) -> dict[str, Any]:
+    """The ``console_kwargs`` a ``RichProgressBar`` was made with (``{}`` when none), from which
+    it configures its console: ``RichProgressBar._console_kwargs``. Checked on lightning 2.6.6
+    (lightning/pytorch/callbacks/progress/rich_progress.py)."""
+    return bar._console_kwargs
+
+
+def wandb_init_kwargs(logger: WandbLogger) -> dict[str, Any]:
+    """The keyword arguments ``WandbLogger`` will give ``wandb.init``, as the dict it keeps
+    (changes to it reach ``wandb.init``): ``WandbLogger._wandb_init``. Checked on lightning
+    2.6.6 (lightning/pytorch/loggers/wandb.py)."""
+    return logger._wandb_init
+
+
+def wandb_offline(logger: WandbLogger) -> bool:
+    """Whether ``WandbLogger`` was made with ``offline=True``: ``WandbLogger._offline``.
+    Checked on lightning 2.6.6 (lightning/pytorch/loggers/wandb.py)."""
+    return logger._offline
