@@ -5,7 +5,7 @@ from the machine) runs one shortened epoch, ``limit_train_batches`` training bat
 whole validation set, through ``train()`` with every default callback and logger. The number
 is the throughput callback's ``perf/val_train_time_ratio`` (time per validation sample ÷ time
 per training sample, data waits included), read back from the run's CSV log; the target is at
-most 1.5.
+most 0.6 (issue #36).
 
 Before the run the validation set is read once so the cache holds every entry ("warm"), and
 that read is timed against one with the cache switched off: the per-sample cost of validation
@@ -34,7 +34,7 @@ from vramkit.core.config.instantiate import instantiate
 from vramkit.core.run.train import train
 from vramkit.tasks.text_detection.icdar_folder import DataWarning
 
-TARGET_RATIO = 1.5
+TARGET_RATIO = 0.6  # issue #36: validation against training ≤ 0.6
 RATIO_METRIC = "perf/val_train_time_ratio"
 REPORTED_METRICS = (
     RATIO_METRIC,

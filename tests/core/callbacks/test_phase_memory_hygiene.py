@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import weakref
 from types import SimpleNamespace
+from typing import Any
 
 import lightning as L
 import pytest
@@ -109,3 +111,79 @@ def test_a_standalone_validation_is_not_followed_by_a_cleaning(fn):
     hygiene = PhaseMemoryHygiene()
     hygiene.on_validation_end(SimpleNamespace(state=SimpleNamespace(fn=fn)), None)
     assert hygiene.cleanings == 0
+
+
+class _Cycle:
+    """An object in a reference cycle: only the garbage collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+class _FreezeProbe(L.Callback):
+    """Records, at each validation's end, the frozen count and whether a cycle made in
+    training was freed by the cleaning before validation."""
+
+    def __init__(self) -> None:
+        self.frozen_counts: list[int] = []
+        self.freed: list[bool] = []
+        self._made: Any = None
+
+    def on_train_batch_end(self, *_: Any) -> None:
+        self._made = weakref.ref(_Cycle())
+
+    def on_validation_end(self, *_: Any) -> None:
+        self.frozen_counts.append(gc.get_freeze_count())
+        self.freed.append(self._made is not None and self._made() is None)
+
+
+def _fit_with(callbacks: list[L.Callback], module: L.LightningModule, epochs: int = 1) -> None:
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+    )
+    loader = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+    trainer.fit(module, train_dataloaders=loader, val_dataloaders=loader)
+
+
+def test_what_lives_before_the_fit_is_frozen_for_it_and_its_garbage_still_collected():
+    assert gc.get_freeze_count() == 0
+    gc.disable()  # no automatic collection before the fit starts: the old cycle reaches it
+    try:
+        before_fit = weakref.ref(_Cycle())  # garbage older than the fit: frozen, not collected
+        probe = _FreezeProbe()
+        _fit_with([PhaseMemoryHygiene(), probe], _Linear())
+    finally:
+        gc.enable()
+    assert all(count > 0 for count in probe.frozen_counts) and probe.frozen_counts
+    assert probe.freed == [True]  # a cycle the fit made is gone after the next cleaning
+    assert gc.get_freeze_count() == 0  # the fit's end gives the objects back to the collector
+    assert before_fit() is not None
+    gc.collect()
+    assert before_fit() is None
+
+
+class _Fails(_Linear):
+    def training_step(self, batch, batch_idx):
+        raise RuntimeError("step failed")
+
+
+def test_a_failed_fit_gives_the_frozen_objects_back():
+    with pytest.raises(RuntimeError, match="step failed"):
+        _fit_with([PhaseMemoryHygiene()], _Fails())
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_freeze_made_elsewhere_is_left_as_it_is():
+    gc.freeze()
+    try:
+        _fit_with([PhaseMemoryHygiene()], _Linear())
+        assert gc.get_freeze_count() > 0  # not given back: it was not this callback's freeze
+    finally:
+        gc.unfreeze()

@@ -6,6 +6,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from lightning.pytorch.trainer.states import RunningStage
 
 from vramkit.tasks.text_detection.datamodule import TextDetectionDataModule
 from vramkit.tasks.text_detection.device_inputs import (
@@ -83,3 +84,22 @@ def test_the_datamodule_makes_inputs_after_the_transfer_as_the_precision_wants(
     datamodule.trainer = trainer  # what fit() does
     inputs = datamodule.on_after_batch_transfer(_compact_batch(), 0)
     assert inputs["image"].dtype == inputs["shrink_map"].dtype == torch.bfloat16
+
+
+def test_validation_batches_keep_their_maps_as_loaded_and_training_batches_get_floats(
+    tmp_path,
+) -> None:
+    datamodule = TextDetectionDataModule(
+        synthetic={"num_train": 2, "num_val": 1, "image_size": 64}, data_root=str(tmp_path)
+    )
+    trainer = L.Trainer(accelerator="cpu", logger=False)
+    datamodule.trainer = trainer
+    for stage in (RunningStage.VALIDATING, RunningStage.SANITY_CHECKING):
+        trainer.state.stage = stage
+        inputs = datamodule.on_after_batch_transfer(_compact_batch(), 0)
+        assert inputs["image"].dtype == torch.float32, stage
+        assert inputs["shrink_map"].dtype == torch.uint8, stage
+        assert torch.equal(inputs["shrink_map"], _compact_batch()["shrink_map"])
+    trainer.state.stage = RunningStage.TRAINING
+    inputs = datamodule.on_after_batch_transfer(_compact_batch(), 0)
+    assert inputs["shrink_map"].dtype == inputs["shrink_mask"].dtype == torch.float32

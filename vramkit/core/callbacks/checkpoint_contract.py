@@ -27,8 +27,8 @@ from fractions import Fraction
 from typing import Any
 
 import lightning as L
-from torch.utils._pytree import tree_flatten
 
+from vramkit.core.compat import torch_private
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.optim.lr_schedules import WarmupDecayLR, WarmupDecaySchedule
 
@@ -119,7 +119,7 @@ class CheckpointContract(L.Callback):
 
 def training_samples(trainer: L.Trainer) -> int | None:
     """The number of samples of the run's training loaders (None when a loader has no length)."""
-    loaders, _ = tree_flatten(trainer.train_dataloader)
+    loaders = torch_private.tree_leaves(trainer.train_dataloader)
     try:
         return sum(len(loader.dataset) for loader in loaders) if loaders else None
     except (TypeError, AttributeError):  # an iterable dataset, or no loader yet

@@ -53,6 +53,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from pydantic import Field
 
+from vramkit.core.compat import torch_private
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import command_line_overrides, override_key
@@ -325,11 +326,11 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     whose context object costs about 90 bytecodes per step, and gradients have no graph."""
     if not tensors:
         return True
-    groups = torch._C._group_tensors_by_device_and_dtype([tensors], False)
+    groups = torch_private.group_tensors_by_device_and_dtype([tensors], False)
     for (device, _), ((group,), _) in groups.items():
         found_inf, one = _scratch(device)
         found_inf.zero_()
-        torch._amp_foreach_non_finite_check_and_unscale_(group, found_inf, one)
+        torch_private.non_finite_check_and_unscale_(group, found_inf, one)
         if found_inf.item():
             return False
     return True
@@ -351,9 +352,7 @@ def _weights_and_loss_finite(
             if device not in flags:
                 flags[device] = _scratch(device)[0]
                 flags[device].zero_()
-            torch._amp_foreach_non_finite_check_and_unscale_(
-                group, flags[device], _scratch(device)[1]
-            )
+            torch_private.non_finite_check_and_unscale_(group, flags[device], _scratch(device)[1])
     if not flags:
         return True
     first, *others = flags.values()
@@ -399,7 +398,7 @@ def _finite_loss(loss: torch.Tensor) -> bool:
 def _all_finite_read_only(tensors: Iterable[torch.Tensor]) -> bool:
     # Weights are checked where a checkpoint is written (rare), without touching them: the
     # largest magnitude per tensor, which overflows nowhere and carries NaN.
-    norms = torch._foreach_norm([t.detach() for t in tensors], math.inf)
+    norms = torch_private.foreach_max_norm([t.detach() for t in tensors])
     return all(bool(torch.isfinite(n)) for n in norms)
 
 

@@ -7,6 +7,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import LearningRateMonitor
 
+from vramkit.core.compat import lightning_private
+
 
 class StepLearningRateMonitor(LearningRateMonitor):
     """``LearningRateMonitor`` whose per-step hook returns at once on steps that do not log.
@@ -22,6 +24,6 @@ class StepLearningRateMonitor(LearningRateMonitor):
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
         every = trainer.log_every_n_steps
         # `+ 1`: the step about to run, as in Lightning's should_update_logs
-        step = trainer.fit_loop.epoch_loop._batches_that_stepped + 1
+        step = lightning_private.batches_that_stepped(trainer) + 1
         if every and (step % every == 0 or trainer.should_stop):
             super().on_train_batch_start(trainer, *args, **kwargs)

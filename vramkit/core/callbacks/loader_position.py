@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-from lightning.fabric.utilities.types import _Stateful
-from torch.utils._pytree import tree_flatten
+
+from vramkit.core.compat import lightning_private, torch_private
 
 
 def stateful_train_loaders(trainer: L.Trainer) -> list[Any]:
     """The training loaders of ``trainer`` that have ``state_dict`` / ``load_state_dict``."""
-    loaders, _ = tree_flatten(trainer.train_dataloader)
-    return [loader for loader in loaders if isinstance(loader, _Stateful)]
+    loaders = torch_private.tree_leaves(trainer.train_dataloader)
+    return [loader for loader in loaders if lightning_private.is_stateful(loader)]
 
 
 class LoaderPosition(L.Callback):

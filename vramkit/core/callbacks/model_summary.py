@@ -9,9 +9,9 @@ import lightning as L
 from lightning.pytorch.callbacks import RichModelSummary
 from lightning.pytorch.utilities.model_summary import summarize
 from pydantic import Field
-from torch._dynamo.eval_frame import OptimizedModule
 from torch.utils.flop_counter import FlopCounterMode
 
+from vramkit.core.compat import lightning_private, torch_private
 from vramkit.core.config.settings import Settings
 from vramkit.core.data.batches import batch_size_of
 
@@ -53,7 +53,7 @@ class RunModelSummary(RichModelSummary):
         self.total_flops: int | None = None  # of the counted step (forward + backward)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self._max_depth:
+        if not self.settings.max_depth:
             return
         if pl_module.example_input_array is not None or _is_compiled(pl_module):
             super().on_fit_start(trainer, pl_module)
@@ -66,7 +66,7 @@ class RunModelSummary(RichModelSummary):
         if not self._waiting or self._counter is not None:
             return
         self._batch_size = batch_size_of(batch)
-        self._counter = FlopCounterMode(display=False, depth=self._max_depth + 1)
+        self._counter = FlopCounterMode(display=False, depth=self.settings.max_depth + 1)
         self._counter.__enter__()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
@@ -78,19 +78,18 @@ class RunModelSummary(RichModelSummary):
             return  # a batch that ran no model (every image unreadable): count the next one
         self._waiting = False
         self.total_flops = int(flops)
-        summary = summarize(pl_module, max_depth=self._max_depth)
+        summary = summarize(pl_module, max_depth=self.settings.max_depth)
         # The table reads its FLOPs from the summary's own counter (flop_counts, total_flops),
         # which saw no forward pass: it gets the counts of the real step instead.
-        summary._flop_counter = _StepFlops(counter, pl_module)
+        lightning_private.set_summary_flop_counter(summary, _StepFlops(counter, pl_module))
         if trainer.is_global_zero:
             self.summarize(
-                summary._get_summary_data(),
+                lightning_private.summary_rows(summary),
                 summary.total_parameters,
                 summary.trainable_parameters,
                 summary.model_size,
                 summary.total_training_modes,
                 total_flops=self.total_flops,
-                **self._summarize_kwargs,
             )
             log.info(
                 "FLOPs above: forward and backward of the first training batch (%s samples), "
@@ -144,8 +143,4 @@ class _StepFlops:
 
 
 def _is_compiled(pl_module: L.LightningModule) -> bool:
-    return any(
-        isinstance(module, OptimizedModule)
-        or getattr(module, "_compiled_call_impl", None) is not None
-        for module in pl_module.modules()
-    )
+    return any(torch_private.is_compiled(module) for module in pl_module.modules())

@@ -23,10 +23,32 @@ class PhaseMemoryHygiene(L.Callback):
     when the phase ends and resets it when the next starts, and a reset here, before its
     reading, would lose the ending phase's peak. The CUDA call runs only once
     CUDA has been initialised in this process: on a CPU run only the garbage collector runs.
+
+    What is alive when the fit starts (the libraries, the model, the optimizer) lives through
+    the fit; it is moved out of the collector's reach for the fit (``gc.freeze``, undone at its
+    end), so that each cleaning traverses only what the fit created, where the garbage it is for
+    comes from. A full collection over the default task's ~0.5 M objects took 310-350 ms of CPU
+    (load 14, ``gc.collect()`` timed by ``time.thread_time``), one of them inside every
+    validation's measured time; after the freeze it takes well under 1 ms. A freeze that another
+    part of the process made first is left as it is.
     """
 
     def __init__(self) -> None:
         self.cleanings = 0  # how often it cleaned, for the run's debug log and for tests
+        self._froze = False  # whether this callback froze the collector's objects for the fit
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            self._froze = True
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._unfreeze()
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self._unfreeze()
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._clean("before validation")
@@ -51,3 +73,8 @@ class PhaseMemoryHygiene(L.Callback):
             when,
             ", CUDA cache emptied" if cuda else "",
         )
+
+    def _unfreeze(self) -> None:
+        if self._froze:
+            gc.unfreeze()
+            self._froze = False

@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import RichProgressBar
 
 from vramkit.core.callbacks.batch_hooks import switch_batch_hook
 from vramkit.core.callbacks.console_output import console_is_live
+from vramkit.core.compat import lightning_private
 from vramkit.core.hardware.memory_stats import read_host_memory
 from vramkit.core.units import GIB, gib
 
@@ -106,7 +107,7 @@ class RunProgressBar(RichProgressBar):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
-        if not console_is_live(self._console_kwargs):
+        if not console_is_live(lightning_private.rich_console_kwargs(self)):
             self.disable()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

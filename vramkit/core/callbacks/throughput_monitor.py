@@ -37,9 +37,9 @@ from typing import Any, Protocol
 import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
-from torch._dynamo.eval_frame import OptimizedModule
 from torch.utils.flop_counter import FlopCounterMode
 
+from vramkit.core.compat import lightning_private, torch_private
 from vramkit.core.data.batches import batch_size_of
 from vramkit.core.tables import render_table
 
@@ -311,7 +311,7 @@ class ThroughputMonitor(L.Callback):
         self._resolve(block=True)  # one wait per epoch, for the last steps' marks
         # The step counter has already moved past the epoch's last batch; Lightning logs its own
         # epoch-end metrics one step back, and so does this.
-        self._log_train_window(trainer, step=trainer.fit_loop.epoch_loop._batches_that_stepped - 1)
+        self._log_train_window(trainer, step=lightning_private.batches_that_stepped(trainer) - 1)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # trainer.validate() alone has no training to compare with
@@ -364,9 +364,7 @@ class ThroughputMonitor(L.Callback):
         # afterwards (pytorch/pytorch#140909): count nothing rather than slow the whole run.
         if self._compiled is None:
             self._compiled = any(
-                isinstance(module, OptimizedModule)
-                or getattr(module, "_compiled_call_impl", None) is not None
-                for module in pl_module.modules()
+                torch_private.is_compiled(module) for module in pl_module.modules()
             )
             if self._compiled:
                 log.info("perf/mfu is not reported: FLOPs of a compiled model are not counted")
@@ -518,7 +516,7 @@ def _log_metrics(trainer: L.Trainer, metrics: dict[str, float], step: int | None
     if not metrics or not trainer.loggers:
         return
     if step is None:
-        step = trainer.fit_loop.epoch_loop._batches_that_stepped
+        step = lightning_private.batches_that_stepped(trainer)
     row = {**metrics, "epoch": trainer.current_epoch}
     for logger in trainer.loggers:
         logger.log_metrics(row, step=step)

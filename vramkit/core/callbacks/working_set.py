@@ -28,6 +28,7 @@ from lightning.pytorch.callbacks import (
 
 from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS, implements
 from vramkit.core.callbacks.callback_group import CallbackGroup
+from vramkit.core.compat import lightning_private
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +138,8 @@ def idle_batch_hooks(callback: L.Callback) -> list[str]:
         isinstance(callback, ModelCheckpoint)
         # A subclass with its own batch hook (ResumeCheckpoint's step checkpoints) keeps it.
         and type(callback).on_train_batch_end is ModelCheckpoint.on_train_batch_end
-        and callback._every_n_train_steps < 1
-        and callback._train_time_interval is None
+        and lightning_private.checkpoint_every_n_train_steps(callback) < 1
+        and lightning_private.checkpoint_train_time_interval(callback) is None
     ):
         hooks.append("on_train_batch_end")
     return hooks

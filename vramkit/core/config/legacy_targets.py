@@ -14,6 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from vramkit.core.compat import omegaconf_private
+
 MOVED_MODULES: dict[str, str] = {
     "vramkit.callbacks": "vramkit.core.callbacks",
     "vramkit.checkpoint_io": "vramkit.core.io.checkpoint_io",
@@ -106,7 +108,8 @@ def upgrade_targets(node: Any) -> Any:
     if isinstance(node, DictConfig):
         plain = OmegaConf.to_container(node, resolve=False)
         upgraded = upgrade_targets(plain)
-        return node if upgraded is plain else OmegaConf.create(upgraded, parent=node._get_parent())
+        parent = omegaconf_private.parent_of(node)
+        return node if upgraded is plain else OmegaConf.create(upgraded, parent=parent)
     if isinstance(node, Mapping):
         changed = {key: upgrade_targets(value) for key, value in node.items()}
         target = node.get("_target_")

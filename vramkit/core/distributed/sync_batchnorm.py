@@ -18,10 +18,11 @@ import torch
 from lightning.pytorch.plugins.layer_sync import LayerSync
 from torch import Tensor, nn
 
+from vramkit.core.compat import torch_private
 from vramkit.core.distributed.process_sums import process_count, sum_over_processes
 
 
-class ProcessGroupBatchNorm(nn.modules.batchnorm._BatchNorm):
+class ProcessGroupBatchNorm(torch_private.BatchNormBase):
     """BatchNorm whose training statistics span every process of the default group (CPU/gloo).
 
     Not an ``nn.SyncBatchNorm``: DDP refuses to wrap a CPU module holding one ("SyncBatchNorm
@@ -30,7 +31,7 @@ class ProcessGroupBatchNorm(nn.modules.batchnorm._BatchNorm):
     :func:`revert_batchnorm` restores.
     """
 
-    original: type[nn.modules.batchnorm._BatchNorm] = nn.BatchNorm2d
+    original: type[torch_private.BatchNormBase] = nn.BatchNorm2d
 
     def _check_input_dim(self, input: Tensor) -> None:
         if input.dim() < 2:
@@ -84,7 +85,7 @@ def revert_batchnorm(module: nn.Module) -> nn.Module:
 def _swap_batchnorm(module: nn.Module, *, to_synced: bool) -> nn.Module:
     converted = module
     if to_synced:
-        swap = isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(
+        swap = isinstance(module, torch_private.BatchNormBase) and not isinstance(
             module, ProcessGroupBatchNorm
         )
     else:

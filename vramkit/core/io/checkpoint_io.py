@@ -23,10 +23,9 @@ from typing import IO, Any
 
 import fsspec
 import torch
-from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from vramkit.core.compat import lightning_private
 from vramkit.core.io.disk_space import (
     DiskFullError,
     check_free_space,
@@ -132,13 +131,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self.make_room: Callable[[Path, int], None] | None = None
 
     def save_checkpoint(
-        self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None
+        self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None
     ) -> None:
         if storage_options is not None:
             raise TypeError(
                 f"{type(self).__name__} does not take storage_options; got {storage_options!r}"
             )
-        if not _is_local_file_protocol(path):
+        if not lightning_private.is_local_path(path):
             super().save_checkpoint(checkpoint, path)
             return
         _, local_path = fsspec.core.url_to_fs(str(path))  # "file:///x" → "/x"
@@ -153,7 +152,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(
         self,
-        path: _PATH,
+        path: str | Path,
         map_location: Any | None = None,
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
@@ -163,7 +162,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         into an unrestricted load). Tensors come back on the CPU (``map_location`` is ignored):
         Lightning moves the states to the device when it restores them. Not memory-mapped, as
         Lightning loads it: the restored states are ordinary memory."""
-        if not _is_local_file_protocol(path):
+        if not lightning_private.is_local_path(path):
             with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
                 return super().load_checkpoint(path, map_location, weights_only=True)
         _, local_path = fsspec.core.url_to_fs(str(path))

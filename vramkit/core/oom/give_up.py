@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from vramkit.core.compat import lightning_private
+
 if TYPE_CHECKING:
     from vramkit.core.oom.resilient_module import OOMResilientModule
 
@@ -24,7 +26,7 @@ log = logging.getLogger(__name__)
 def stop_together(module: OOMResilientModule) -> None:
     """Raise ``torch.cuda.OutOfMemoryError`` on every process if any gave up; with one
     process, or when none did, return. Every process must call it at the same point."""
-    trainer = module._trainer
+    trainer = lightning_private.attached_trainer(module)
     if trainer is None or trainer.world_size < 2:
         return
     reason = module.oom_state.gave_up
@@ -40,7 +42,7 @@ def stop_together(module: OOMResilientModule) -> None:
 def give_up(module: OOMResilientModule, message: str) -> None:
     """Stop now with one process; with several, note ``message`` and keep stepping without
     work until :func:`stop_together` stops them all."""
-    trainer = module._trainer
+    trainer = lightning_private.attached_trainer(module)
     if trainer is None or trainer.world_size < 2:
         raise torch.cuda.OutOfMemoryError(message)
     module.oom_state.gave_up = message

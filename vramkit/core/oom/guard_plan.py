@@ -10,6 +10,7 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, SingleDeviceStrategy
 from torch.nn.parallel import DistributedDataParallel
 
+from vramkit.core.compat import lightning_private
 from vramkit.core.oom.grad_arrivals import GradArrivals
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class GuardPlan:
 
     def holds_for(self, module: L.LightningModule) -> bool:
         """Whether this plan was made for the trainer and epoch ``module`` is in now."""
-        trainer = module._trainer
+        trainer = lightning_private.attached_trainer(module)
         return trainer is self.trainer and trainer.current_epoch == self.epoch
 
     def release(self) -> None:

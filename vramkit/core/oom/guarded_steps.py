@@ -25,6 +25,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities.memory import is_oom_error
 
+from vramkit.core.compat import lightning_private
 from vramkit.core.distributed.rank_zero_logging import EVERY_PROCESS
 from vramkit.core.oom.batch_split import slice_batch
 from vramkit.core.oom.ddp_touch import touch_every_parameter
@@ -443,7 +444,7 @@ def takes_whole_batch_first(module: OOMResilientModule, batch_idx: int) -> bool:
     learned yet, and no gradients of earlier batches of an accumulation window to keep."""
     return (
         module.oom_state.train_micro_batch is None
-        and batch_idx % module._trainer.accumulate_grad_batches == 0
+        and batch_idx % lightning_private.attached_trainer(module).accumulate_grad_batches == 0
     )
 
 
@@ -476,7 +477,12 @@ def train_whole_batch(
         output = step(module, batch, batch_idx, *extra)
         loss, extras = _loss_and_extras(output)
         if loss is not None:
-            _backward(module, plan, loss, module._trainer.accumulate_grad_batches)
+            _backward(
+                module,
+                plan,
+                loss,
+                lightning_private.attached_trainer(module).accumulate_grad_batches,
+            )
     except RuntimeError as error:
         if not is_out_of_memory(error):
             raise
@@ -514,7 +520,7 @@ def check_fault(state: OOMRecoveryState, phase: str, size: int) -> None:
 def zero_grads_now(module: OOMResilientModule, batch_idx: int) -> None:
     """Zero the gradients through the module's ``optimizer_zero_grad`` (a user's override
     included), even while Lightning's own call after the step is to be skipped."""
-    state, trainer = module.oom_state, module._trainer
+    state, trainer = module.oom_state, lightning_private.attached_trainer(module)
     skip, state.skip_zero_grad = state.skip_zero_grad, False
     module.optimizer_zero_grad(trainer.current_epoch, batch_idx, trainer.optimizers[0])
     state.skip_zero_grad = skip
@@ -615,7 +621,7 @@ def _save_checkpoint_here(trainer: L.Trainer, path: Path) -> None:
     """What ``Trainer.save_checkpoint`` writes (optimizer state included), written by this
     process alone: ``save_checkpoint`` also waits at a barrier for every process, which a
     process recovering alone would never leave."""
-    checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+    checkpoint = lightning_private.dump_checkpoint(trainer, weights_only=False)
     trainer.strategy.checkpoint_io.save_checkpoint(checkpoint, path)
 
 

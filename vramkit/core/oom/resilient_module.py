@@ -43,6 +43,7 @@ from typing import Any
 
 import lightning as L
 
+from vramkit.core.compat import lightning_private
 from vramkit.core.data.batches import batch_size_of
 from vramkit.core.oom.give_up import stop_together
 from vramkit.core.oom.guard_plan import GuardPlan
@@ -72,7 +73,8 @@ def _guard_training_step(step: Callable[..., Any]) -> Callable[..., Any]:
             return step(self, batch, batch_idx, *extra)
         plan = state.plan
         if plan is None or not plan.holds_for(self):
-            if self._trainer is None:  # a trace of the step (the planner), not a fit
+            # No trainer: a trace of the step (the planner), not a fit.
+            if lightning_private.attached_trainer(self) is None:
                 self._unguarded("no Trainer is attached")
                 return without_loss_terms(step(self, batch, batch_idx, *extra))
             plan = self._plan_epoch()
@@ -108,7 +110,7 @@ def _guard_validation_step(step: Callable[..., Any]) -> Callable[..., Any]:
         if state.gave_up is not None:
             return None  # this process waits for the others to stop with it
         samples = batch_size_of(batch)
-        if state.depth or samples is None or self._trainer is None:
+        if state.depth or samples is None or lightning_private.attached_trainer(self) is None:
             return step(self, batch, batch_idx, *extra)
         state.depth += 1
         try:

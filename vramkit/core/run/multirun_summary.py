@@ -20,6 +20,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from vramkit.core.compat import hydra_private
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.core.tables import render_table
 
@@ -38,7 +39,7 @@ def job_result(job_return: JobReturn, output_dir: str) -> dict[str, Any]:
         "metric": None,
         "error": None,
     }
-    value = job_return._return_value  # reading .return_value re-raises a failed job's error
+    value = hydra_private.job_outcome(job_return)
     if record["status"] == "failed":
         record["error"] = f"{type(value).__name__}: {value}"
     elif isinstance(value, (int, float)) and math.isfinite(value):

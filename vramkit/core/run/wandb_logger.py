@@ -6,6 +6,8 @@ from typing import Any
 
 from lightning.pytorch.loggers.wandb import WandbLogger
 
+from vramkit.core.compat import lightning_private
+
 
 class WandbLoggerWithoutAnonymous(WandbLogger):
     """Lightning's ``WandbLogger``, whose ``wandb.init`` call gets no ``anonymous`` argument and,
@@ -29,9 +31,10 @@ class WandbLoggerWithoutAnonymous(WandbLogger):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not kwargs.get("anonymous"):
-            self._wandb_init.pop("anonymous", None)
-        offline = self._offline or self._wandb_init.get("mode") == "offline"
+            lightning_private.wandb_init_kwargs(self).pop("anonymous", None)
+        init = lightning_private.wandb_init_kwargs(self)
+        offline = lightning_private.wandb_offline(self) or init.get("mode") == "offline"
         if offline and "settings" not in kwargs:
             import wandb
 
-            self._wandb_init["settings"] = wandb.Settings(silent=True)
+            init["settings"] = wandb.Settings(silent=True)

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from vramkit.core.compat import lightning_private
 from vramkit.core.config.source import source_of
 from vramkit.core.oom.resilient_module import OOMResilientModule
 from vramkit.core.optim.scheduled_module import OptimizerFactory, ScheduledOptimization
@@ -160,7 +161,7 @@ class TextClassificationModule(ScheduledOptimization, OOMResilientModule):
         size = batch["labels"].shape[0]
         self.log("val/loss", loss, batch_size=size)
         self.log("val/accuracy", accuracy, prog_bar=True, batch_size=size)
-        if self._trainer is None:
+        if lightning_private.attached_trainer(self) is None:
             return  # the memory planner's trace: its fake tensors cannot meet the metrics' states
         # After the device work: a micro-batch redone after an OOM is counted once.
         probabilities = torch.softmax(logits.detach().float(), dim=-1)

@@ -267,11 +267,16 @@ class TextDetectionDataModule(L.LightningDataModule):
         """Float model inputs from the compact uint8 batch, made on the device.
 
         Lightning casts inputs for `*-true` precisions before the transfer, when the image is
-        still uint8; the same cast is applied here to what the conversion made.
+        still uint8; the same cast is applied here to what the conversion made. Validation
+        computes no loss: its target maps stay as loaded. Converting them took 22-23 of the
+        26.7-27.3 ms of CPU that a batch of 16 images of 320 px cost here (one thread, medians of
+        15, ``time.thread_time``), about 5% of the default task's validation pass.
         """
-        batch = to_model_inputs(batch)
-        if self.trainer is not None:
-            batch = self.trainer.precision_plugin.convert_input(batch)
+        trainer = self.trainer
+        evaluating = trainer is not None and (trainer.validating or trainer.sanity_checking)
+        batch = to_model_inputs(batch, maps=not evaluating)
+        if trainer is not None:
+            batch = trainer.precision_plugin.convert_input(batch)
         return batch
 
     def teardown(self, stage: str) -> None:

@@ -45,11 +45,14 @@ def normalize_images(images: torch.Tensor, dtype: torch.dtype = torch.float32) -
     return normalised.to(dtype)
 
 
-def to_model_inputs(batch: dict[str, Any], dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+def to_model_inputs(
+    batch: dict[str, Any], dtype: torch.dtype = torch.float32, *, maps: bool = True
+) -> dict[str, Any]:
     """The batch with a normalised ``dtype`` image and ``dtype`` target maps; the rest as is.
 
     A floating image is taken as normalised already (a datamodule that does its own) and only
-    cast. A batch without ``image`` (every image unreadable) passes through unchanged.
+    cast. A batch without ``image`` (every image unreadable) passes through unchanged. With
+    ``maps=False`` the target maps stay as they came (what needs no loss: validation).
     """
     if "image" not in batch:
         return batch
@@ -58,7 +61,7 @@ def to_model_inputs(batch: dict[str, Any], dtype: torch.dtype = torch.float32) -
     converted["image"] = (
         image.to(dtype) if image.is_floating_point() else normalize_images(image, dtype)
     )
-    for key in MAP_KEYS:
+    for key in MAP_KEYS if maps else ():
         if key in batch:
             converted[key] = batch[key].to(dtype)
     return converted
