@@ -237,7 +237,10 @@ def import_floor_once(case: str) -> float:
     env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}  # as vramkit's text detection sets it
     floor = HF_IMPORT_FLOOR if case in HF_CASES else IMPORT_FLOOR
     before = _children_cpu()
-    subprocess.run([sys.executable, "-c", floor], cwd=REPO_ROOT, env=env, check=True)
+    # bitsandbytes (imported by peft) prints notes that the plan itself hides: not shown.
+    subprocess.run(
+        [sys.executable, "-c", floor], cwd=REPO_ROOT, env=env, check=True, capture_output=True
+    )
     return _children_cpu() - before
 
 
