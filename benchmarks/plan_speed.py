@@ -1,14 +1,23 @@
-"""CPU time of `scripts/plan_memory.py`, the check a user runs before every launch.
+"""CPU time of `scripts/plan_memory.py` and `vramkit plan --hf`, the check a user runs before
+every launch.
 
-Two commands, each run as its own process, several times; the number is the median CPU time
+Each command runs as its own process, several times; the number is the median CPU time
 (user + system, as `/usr/bin/time -f "%U %S"` reports it) of the whole process: imports,
 composition, loading one sample per phase, building the model and every trace.
 
 - ``default``: ``plan_memory.py +hw=t4``, the default task (DBNet, batch sizes searched).
 - ``phi``: ``plan_memory.py +hw=rtx4090_laptop task=text_classification model=phi15``: Phi-1.5
   does not fit, so every remedy is traced too.
+- ``llm_8b_qlora``: ``vramkit plan --hf meta-llama/Llama-3.1-8B --qlora --lora-r 16 --seq-len
+  2048 --grad-ckpt --hw rtx4090_laptop`` (does not fit: remedies traced too).
+- ``llm_1b``: the same for ``meta-llama/Llama-3.2-1B`` (fits; batch sizes searched).
 
-Targets (issue #10, item 6): default <= 10 s, Phi <= 60 s. The data the default task renders on
+The ``--hf`` cases run as an installed command does, from a folder outside the checkout
+(``python -m vramkit.cli plan ...`` with cwd a temporary folder and this checkout on
+``PYTHONPATH``).
+
+Targets (issue #10, item 6): default <= 10 s, Phi <= 60 s; issue #33, item 5: 8 B QLoRA <= 15 s,
+1 B <= 5 s, imports included. The data the default task renders on
 the first run in a fresh checkout is made before timing (it is a one-off, not planning), so
 the numbers are the steady state a user sees on every launch after the first.
 
@@ -18,7 +27,7 @@ Hydra and albumentations. So each timed plan is followed by a process that only 
 imports (``IMPORT_FLOOR``); the floor's median tells how fast the host was, and the per-run
 difference is the part of a plan its own code decides.
 
-``python -m benchmarks.plan_speed [--runs N] [--case default|phi]`` writes
+``python -m benchmarks.plan_speed [--runs N] [--case NAME ...]`` writes
 ``results/plan_speed.json``; ``BEFORE`` holds the numbers measured the same way on the commit
 before the speed work, for comparison.
 """
@@ -33,6 +42,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 
@@ -42,7 +52,14 @@ CASES = {
     "default": ("+hw=t4",),
     "phi": ("+hw=rtx4090_laptop", "task=text_classification", "model=phi15"),
 }
-TARGET_CPU_S = {"default": 10.0, "phi": 60.0}
+"""`scripts/plan_memory.py` cases: their Hydra overrides."""
+_QLORA = ("--qlora", "--lora-r", "16", "--seq-len", "2048", "--grad-ckpt", "--hw", "rtx4090_laptop")
+HF_CASES = {
+    "llm_8b_qlora": ("--hf", "meta-llama/Llama-3.1-8B", *_QLORA),
+    "llm_1b": ("--hf", "meta-llama/Llama-3.2-1B", *_QLORA),
+}
+"""`vramkit plan` cases: their arguments (issue #33, the plans of docs/finetune_llm.md)."""
+TARGET_CPU_S = {"default": 10.0, "phi": 60.0, "llm_8b_qlora": 15.0, "llm_1b": 5.0}
 IMPORT_FLOOR = (
     "import gc, os; gc.disable(); "
     "import hydra, lightning.pytorch, torch._dynamo, torch._subclasses.fake_tensor; "
@@ -51,6 +68,15 @@ IMPORT_FLOOR = (
 )
 """What every plan imports before it can plan, with the script's garbage-collector handling
 (`long_lived_imports`) and its exit without teardown."""
+HF_IMPORT_FLOOR = (
+    "import gc, os; gc.disable(); "
+    "import hydra, lightning.pytorch, torch._dynamo, torch._subclasses.fake_tensor; "
+    "import transformers, peft; "
+    "gc.freeze(); os._exit(0)"
+)
+"""What a `--hf` QLoRA plan imports before it can plan (`vramkit.cli._planning_imports`): the
+same as `IMPORT_FLOOR` with transformers and peft (which imports bitsandbytes), not
+albumentations."""
 BEFORE = {
     "commit": "bc2946d",
     "cpu_s": {"default": [22.43, 22.57, 22.02], "phi": [113.91]},
@@ -179,27 +205,42 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def command_of(case: str) -> list[str]:
+    """The command line of `case` (without the interpreter)."""
+    if case in HF_CASES:
+        return ["-m", "vramkit.cli", "plan", *HF_CASES[case]]
+    return ["scripts/plan_memory.py", *CASES[case]]
+
+
 def run_once(case: str, *extra: str) -> tuple[float, int | None]:
     """One run of `case`: (CPU seconds of the process, traces it reports)."""
-    command = [sys.executable, "scripts/plan_memory.py", *CASES[case], *extra]
+    command = [sys.executable, *command_of(case), *extra]
     # This checkout's vramkit, not whichever one is installed.
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    before = _children_cpu()
-    done = subprocess.run(
-        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False
-    )
-    cpu = _children_cpu() - before
+    with tempfile.TemporaryDirectory(prefix="plan_speed_") as outside:
+        # A `--hf` plan runs from a folder outside the checkout, as the installed command does.
+        cwd = outside if case in HF_CASES else REPO_ROOT
+        before = _children_cpu()
+        done = subprocess.run(
+            command, cwd=cwd, env=env, capture_output=True, text=True, check=False
+        )
+        cpu = _children_cpu() - before
     if done.returncode not in (0, 1):  # 1: the plan does not fit, which Phi-1.5 is meant to show
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
     found = _TRACES.search(done.stdout)
     return cpu, int(found.group(1)) if found else None
 
 
-def import_floor_once() -> float:
-    """CPU seconds of one process that only makes `IMPORT_FLOOR`'s imports."""
+def import_floor_once(case: str) -> float:
+    """CPU seconds of one process that only makes the imports `case` needs (`IMPORT_FLOOR`,
+    `HF_IMPORT_FLOOR`)."""
     env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}  # as vramkit's text detection sets it
+    floor = HF_IMPORT_FLOOR if case in HF_CASES else IMPORT_FLOOR
     before = _children_cpu()
-    subprocess.run([sys.executable, "-c", IMPORT_FLOOR], cwd=REPO_ROOT, env=env, check=True)
+    # bitsandbytes (imported by peft) prints notes that the plan itself hides: not shown.
+    subprocess.run(
+        [sys.executable, "-c", floor], cwd=REPO_ROOT, env=env, check=True, capture_output=True
+    )
     return _children_cpu() - before
 
 
@@ -211,13 +252,13 @@ def measure(case: str, runs: int) -> dict:
     results, floors = [], []
     for _ in range(runs):
         results.append(run_once(case))
-        floors.append(import_floor_once())
+        floors.append(import_floor_once(case))
     cpu = [round(seconds, 2) for seconds, _ in results]
     floor = [round(seconds, 2) for seconds in floors]
     beyond = [round(plan - imports, 2) for plan, imports in zip(cpu, floor, strict=True)]
     median = round(statistics.median(cpu), 2)
     return {
-        "command": "python scripts/plan_memory.py " + " ".join(CASES[case]),
+        "command": "python " + " ".join(command_of(case)),
         "cpu_s": cpu,
         "median_cpu_s": median,
         "import_floor_cpu_s": floor,
@@ -227,7 +268,7 @@ def measure(case: str, runs: int) -> dict:
         "traces": results[-1][1],
         "target_cpu_s": TARGET_CPU_S[case],
         "meets_target": median <= TARGET_CPU_S[case],
-        "before_median_cpu_s": BEFORE["median_cpu_s"][case],
+        "before_median_cpu_s": BEFORE["median_cpu_s"].get(case),
     }
 
 
@@ -238,21 +279,24 @@ def _earlier_cases(cases: set[str]) -> dict:
         return {}
     earlier = json.loads(path.read_text())["results"]
     return {
-        case: {**earlier[case], "before_median_cpu_s": BEFORE["median_cpu_s"][case]}
+        case: {**earlier[case], "before_median_cpu_s": BEFORE["median_cpu_s"].get(case)}
         for case in sorted(cases)
         if case in earlier
     }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Measure the cases asked for (both by default) and write the result file."""
+    """Measure the cases asked for (all by default) and write the result file."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.plan_speed", description=__doc__)
     parser.add_argument("--runs", type=int, default=3, help="timed runs per case (default 3)")
-    parser.add_argument("--case", action="append", choices=sorted(CASES), help="repeatable")
+    parser.add_argument(
+        "--case", action="append", choices=sorted([*CASES, *HF_CASES]), help="repeatable"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    numbers = _earlier_cases(set(CASES) - set(args.case or CASES))
-    for case in args.case or list(CASES):
+    every = [*CASES, *HF_CASES]
+    numbers = _earlier_cases(set(every) - set(args.case or every))
+    for case in args.case or every:
         numbers[case] = measure(case, args.runs)
         print(
             f"{case}: median {numbers[case]['median_cpu_s']} s CPU {numbers[case]['cpu_s']}; "
@@ -261,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     numbers["before"] = BEFORE
     numbers["side_by_side_rounds"] = ROUNDS
-    numbers["targets_met"] = all(numbers.get(case, {}).get("meets_target") for case in CASES)
+    numbers["targets_met"] = all(numbers.get(case, {}).get("meets_target") for case in every)
     print(write_result("plan_speed", numbers, started=started))
     return 0
 
