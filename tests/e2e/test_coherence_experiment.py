@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,19 +10,17 @@ pytest.importorskip("transformers", reason="task=text_classification needs `tran
 
 from omegaconf import OmegaConf
 
+from tests.e2e.script_runs import REPO, run_script
 from vramkit.core.run.multirun_report import report_multirun
 from vramkit.tasks.text_classification.module import TextClassificationModule
 
-REPO = Path(__file__).resolve().parents[2]
 CONDITIONS = ["ce_only", "coherence", "no_stability", "no_center", "no_separation", "no_brier"]
 
 
 @pytest.mark.slow
 def test_the_tiny_coherence_experiment_runs_every_condition(tmp_path, shared_data_dir):
     # The experiment's own sweep, shortened: one seed, a few steps, no checkpoints.
-    command = [
-        sys.executable,
-        "train.py",
+    overrides = [
         "-m",
         "experiment=phi15_coherence_tiny",
         "+hw=cpu",
@@ -39,7 +34,7 @@ def test_the_tiny_coherence_experiment_runs_every_condition(tmp_path, shared_dat
         f"paths.log_dir={tmp_path}",
         f"paths.data_dir={shared_data_dir}",  # the toy sentences under pytest's tmp paths
     ]
-    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    completed = run_script("train.py", *overrides, cwd=REPO, timeout_s=120)
     assert completed.returncode == 0, completed.stderr[-3000:]
     (sweep,) = tmp_path.glob("text_classification/multiruns/*")
     summary = json.loads((sweep / "multirun_summary.json").read_text())

@@ -34,10 +34,8 @@ first loss, 2.9e-4 in weights and 100% in running statistics: the tolerances bel
 from __future__ import annotations
 
 import csv
-import os
 import re
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -45,6 +43,7 @@ import pytest
 import torch
 
 import vramkit
+from tests.e2e.script_runs import script_command, script_env
 
 REPO = Path(vramkit.__file__).resolve().parents[1]
 # see the module docstring: float32 reduction order, grown over 4 SGD steps
@@ -79,16 +78,15 @@ _LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\]\[[^\]]*\]\[[A-Z]+\] - ")
 
 
 def _launch(run_dir: Path, *overrides: str) -> subprocess.Popen:
-    command = [
-        sys.executable,
-        str(REPO / "train.py"),
+    command = script_command(
+        "train.py",
         *COMMON,
         *overrides,
         f"paths.data_dir={run_dir}/data",  # each run renders its own (identical) data
         f"paths.log_dir={run_dir}/logs",
         f"hydra.run.dir={run_dir}",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    )
+    env = script_env(OMP_NUM_THREADS="1", WANDB_MODE="offline")
     return subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

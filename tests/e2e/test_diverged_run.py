@@ -4,20 +4,17 @@ epoch and the last finite checkpoint, exits with status 3, and leaves no NaN che
 from __future__ import annotations
 
 import math
-import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
 
+from tests.e2e.script_runs import run_script
 from vramkit.core.run.refusals import EXIT_DIVERGED, refusals_as_messages
 from vramkit.core.run.train import train
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TINY = ("+hw=cpu", "debug=smoke", "logger=csv", "callbacks.progress_bar.refresh_rate=0")
 
 
@@ -69,30 +66,18 @@ def test_the_divergence_messages_resume_command_works_as_printed(tmp_path, share
     # The drill: the advice ("resume with a smaller learning rate") was refused as a
     # changed setting, and with resume.allow_changes=true it kept the checkpoint's rate and
     # diverged again at the same step. The drill diverges at any peak rate above 0.003.
-    env = {
-        **os.environ,
-        "PROJECT_ROOT": str(REPO_ROOT),
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO_ROOT)]),
-    }
-    first = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / "train.py"),
-            *TINY,
-            "trainer.max_epochs=2",
-            "callbacks.last_checkpoint.every_n_train_steps=1",
-            "callbacks.last_checkpoint.min_interval_s=0",
-            "+callbacks.drill._target_=drill_callbacks.DivergeAboveRate",
-            "+callbacks.drill.rate=0.003",
-            "+callbacks.drill.step=5",
-            f"paths.log_dir={tmp_path}",
-            f"paths.data_dir={shared_data_dir}",
-        ],
+    first = run_script(
+        "train.py",
+        *TINY,
+        "trainer.max_epochs=2",
+        "callbacks.last_checkpoint.every_n_train_steps=1",
+        "callbacks.last_checkpoint.min_interval_s=0",
+        "+callbacks.drill._target_=drill_callbacks.DivergeAboveRate",
+        "+callbacks.drill.rate=0.003",
+        "+callbacks.drill.step=5",
+        f"paths.log_dir={tmp_path}",
+        f"paths.data_dir={shared_data_dir}",
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert first.returncode == EXIT_DIVERGED, first.stderr[-3000:]
     message = first.stderr.strip().splitlines()[-1]
@@ -100,14 +85,7 @@ def test_the_divergence_messages_resume_command_works_as_printed(tmp_path, share
     words = shlex.split(printed)
     assert words[:2] == ["python", "train.py"]
     assert "model.optimizer.lr=0.002" in words and "resume.allow_changes=true" in words
-    resumed = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "train.py"), *words[2:]],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    resumed = run_script("train.py", *words[2:], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resume: applied model.optimizer.lr: 0.004 -> 0.002 to the optimizer" in (
         resumed.stderr + resumed.stdout

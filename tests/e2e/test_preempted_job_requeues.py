@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from tiny_runs import flat_tensors
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.e2e.script_runs import REPO, run_script, script_env
+
 PREEMPT_AT_STEP = 3  # of 2 epochs x 4 batches (debug=smoke), inside the first epoch
 NEVER = 1000  # a step the run never reaches: the control job is not preempted
 
@@ -36,15 +33,9 @@ NEVER = 1000  # a step the run never reaches: the control job is not preempted
 def test_a_preempted_submitit_job_requeues_and_resumes_to_the_same_weights(
     tmp_path, shared_data_dir
 ):
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",  # both jobs run at once on a small machine
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO)]),
-    }
+    env = script_env(OMP_NUM_THREADS="1")  # both jobs run at once on a small machine
     env.pop("SUBMITIT_PREEMPT_SIGNAL", None)
-    command = [
-        sys.executable,
-        "train.py",
+    overrides = [
         "-m",
         "hydra/launcher=local_processes",
         "+hw=cpu",
@@ -61,9 +52,7 @@ def test_a_preempted_submitit_job_requeues_and_resumes_to_the_same_weights(
         f"paths.log_dir={tmp_path}",
         f"paths.data_dir={shared_data_dir}",
     ]
-    completed = subprocess.run(
-        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240
-    )
+    completed = run_script("train.py", *overrides, cwd=REPO, timeout_s=240, env=env)
     assert completed.returncode == 0, completed.stderr[-3000:]
     (sweep,) = (tmp_path / "text_detection" / "multiruns").iterdir()
     preempted, control = sweep / "0", sweep / "1"

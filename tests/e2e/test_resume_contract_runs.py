@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +14,8 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.e2e.entry_points import run_entry_point
+from tests.e2e.script_runs import REPO, run_script
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TINY = ("+hw=cpu", "debug=smoke", "logger=csv")
 QUIET = {"train.py": ("callbacks.progress_bar.refresh_rate=0",), "eval.py": ()}
 
@@ -25,21 +23,14 @@ QUIET = {"train.py": ("callbacks.progress_bar.refresh_rate=0",), "eval.py": ()}
 def _run(
     script: str, *overrides: str, log_dir: Path, data_dir: Path
 ) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / script),
-            *TINY,
-            *QUIET[script],
-            *overrides,
-            f"paths.log_dir={log_dir}",
-            f"paths.data_dir={data_dir}",
-        ],
+    return run_script(
+        script,
+        *TINY,
+        *QUIET[script],
+        *overrides,
+        f"paths.log_dir={log_dir}",
+        f"paths.data_dir={data_dir}",
         cwd=log_dir,
-        env={**os.environ, "PROJECT_ROOT": str(REPO_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
 
 
@@ -47,7 +38,7 @@ def _refuse(monkeypatch, capsys, script: str, *overrides: str, log_dir: Path, da
     """Run a refused ``python <script> …`` in this process (a refusal needs no interpreter of
     its own): the completed-process view of its exit status and stderr."""
     monkeypatch.chdir(log_dir)
-    monkeypatch.setenv("PROJECT_ROOT", str(REPO_ROOT))
+    monkeypatch.setenv("PROJECT_ROOT", str(REPO))
     args = (*TINY, *QUIET[script], *overrides)
     code, err = run_entry_point(
         monkeypatch, capsys, script, *args, f"paths.log_dir={log_dir}", f"paths.data_dir={data_dir}"

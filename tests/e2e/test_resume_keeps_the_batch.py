@@ -5,16 +5,14 @@ less memory the batch went 4 -> 1 mid-epoch with no word, and the run ended at s
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.e2e.script_runs import run_script
+
 TINY = (
     "+hw=cpu",
     "debug=smoke",
@@ -26,26 +24,14 @@ TINY = (
 
 
 def _train(*overrides: str, log_dir: Path, data_dir: Path, steps: Path):
-    env = {
-        **os.environ,
-        "PROJECT_ROOT": str(REPO_ROOT),
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO_ROOT)]),
-    }
-    return subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / "train.py"),
-            *TINY,
-            f"+callbacks.drill.path={steps}",
-            *overrides,
-            f"paths.log_dir={log_dir}",
-            f"paths.data_dir={data_dir}",
-        ],
+    return run_script(
+        "train.py",
+        *TINY,
+        f"+callbacks.drill.path={steps}",
+        *overrides,
+        f"paths.log_dir={log_dir}",
+        f"paths.data_dir={data_dir}",
         cwd=log_dir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
 
 

@@ -5,17 +5,15 @@ sweep's job holds its folder locked while it runs."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from hydra.types import RunMode
 
-from tests.e2e.entry_points import REPO, run_entry_point
+from tests.e2e.entry_points import run_entry_point
+from tests.e2e.script_runs import run_script
 from vramkit.core.run import run_folder_guard
 from vramkit.core.run.run_folder_claim import release_claim
 from vramkit.core.run.run_folder_guard import claim_job_folder
@@ -40,22 +38,15 @@ def _one_line(code: int, err: str) -> str:
 def finished_run(tmp_path_factory, shared_data_dir) -> Path:
     """The folder of a real ``debug=smoke`` run that ended."""
     logs = tmp_path_factory.mktemp("logs")
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "train.py"),
-            "+hw=cpu",
-            "debug=smoke",
-            "logger=csv",
-            "callbacks.progress_bar.refresh_rate=0",
-            f"paths.log_dir={logs}",
-            f"paths.data_dir={shared_data_dir}",
-        ],
+    result = run_script(
+        "train.py",
+        "+hw=cpu",
+        "debug=smoke",
+        "logger=csv",
+        "callbacks.progress_bar.refresh_rate=0",
+        f"paths.log_dir={logs}",
+        f"paths.data_dir={shared_data_dir}",
         cwd=logs,
-        env={**os.environ, "PROJECT_ROOT": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (run,) = (logs / "text_detection" / "runs").iterdir()

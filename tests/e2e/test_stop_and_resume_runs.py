@@ -5,47 +5,32 @@ learning rate, in its own run folder."""
 from __future__ import annotations
 
 import csv
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.e2e.script_runs import run_script
 from vramkit.core.run.train import train
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TINY = ("+hw=cpu", "debug=smoke", "logger=csv", "callbacks.progress_bar.refresh_rate=0")
 
 
 @pytest.mark.slow
 def test_sigterm_before_the_first_epoch_ends_saves_and_exits_143(tmp_path, shared_data_dir):
-    env = {
-        **os.environ,
-        "PROJECT_ROOT": str(REPO_ROOT),
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO_ROOT)]),
-    }
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / "train.py"),
-            *TINY,
-            "trainer.max_epochs=3",
-            "data.num_workers=0",  # (loader workers are drilled in test_exact_resume.py)
-            "callbacks.last_checkpoint.every_n_train_steps=null",  # only the stop writes one
-            "+callbacks.drill._target_=drill_callbacks.SignalSelf",
-            f"+callbacks.drill.signum={int(signal.SIGTERM)}",
-            "+callbacks.drill.step=2",  # of 4 in the first epoch
-            f"paths.log_dir={tmp_path}",
-            f"paths.data_dir={shared_data_dir}",
-        ],
+    result = run_script(
+        "train.py",
+        *TINY,
+        "trainer.max_epochs=3",
+        "data.num_workers=0",  # (loader workers are drilled in test_exact_resume.py)
+        "callbacks.last_checkpoint.every_n_train_steps=null",  # only the stop writes one
+        "+callbacks.drill._target_=drill_callbacks.SignalSelf",
+        f"+callbacks.drill.signum={int(signal.SIGTERM)}",
+        "+callbacks.drill.step=2",  # of 4 in the first epoch
+        f"paths.log_dir={tmp_path}",
+        f"paths.data_dir={shared_data_dir}",
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
     assert "SIGTERM: stopped at step 2" in result.stdout + result.stderr

@@ -4,10 +4,8 @@ line naming the command to run again, and no half-written file."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,20 +13,12 @@ import lightning as L
 import pytest
 import torch
 
+from tests.e2e.script_runs import run_script, script_command, script_env
 from vramkit.core.config.instantiate import instantiate
 from vramkit.tasks.text_detection.export_checkpoint import STAGING_PREFIX
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # 4 validation images one per batch: a signal at batch 1 comes with batches still to run
 TINY = ("+hw=cpu", "debug=smoke", "hw.val_batch_size=1", "logger=csv")
-
-
-def _env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "PROJECT_ROOT": str(REPO_ROOT),
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO_ROOT)]),
-    }
 
 
 def _checkpoint(compose_config, path: Path) -> Path:
@@ -53,24 +43,17 @@ def test_a_signal_mid_evaluation_exits_128_plus_n_without_scores(
 ):
     ckpt = _checkpoint(compose_config, tmp_path / "model.ckpt")
     logs = tmp_path / "logs"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / "eval.py"),
-            *TINY,
-            f"ckpt_path={ckpt}",
-            "prediction_writer._target_=drill_callbacks.SignalingSubmissionWriter",
-            f"+prediction_writer.signum={int(signum)}",
-            f"+prediction_writer.phase={phase}",
-            "+prediction_writer.batch=1",
-            f"paths.log_dir={logs}",
-            f"paths.data_dir={shared_data_dir}",
-        ],
+    result = run_script(
+        "eval.py",
+        *TINY,
+        f"ckpt_path={ckpt}",
+        "prediction_writer._target_=drill_callbacks.SignalingSubmissionWriter",
+        f"+prediction_writer.signum={int(signum)}",
+        f"+prediction_writer.phase={phase}",
+        "+prediction_writer.batch=1",
+        f"paths.log_dir={logs}",
+        f"paths.data_dir={shared_data_dir}",
         cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 128 + signum, output[-3000:]
@@ -92,18 +75,17 @@ def test_sigterm_mid_export_exits_143_and_leaves_no_model(
     ckpt = _checkpoint(compose_config, tmp_path / "model.ckpt")
     logs = tmp_path / "logs"
     export = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO_ROOT / "scripts" / "export.py"),
+        script_command(
+            "scripts/export.py",
             "+hw=cpu",
             "debug=smoke",
             f"ckpt_path={ckpt}",
             "export.exporter=torchscript",
             f"paths.log_dir={logs}",
             f"paths.data_dir={shared_data_dir}",
-        ],
+        ),
         cwd=tmp_path,
-        env=_env(),
+        env=script_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -36,6 +36,15 @@ def test_old_paths_become_new_ones_with_a_warning_and_new_paths_stay():
         assert current_target("torch.optim.AdamW") == "torch.optim.AdamW"
 
 
+def test_a_module_that_moved_twice_is_followed_to_where_it_is_now(monkeypatch):
+    table = {"pkg.old": "pkg.new", "pkg.new.mod": "pkg.new.sub.mod"}
+    monkeypatch.setattr("vramkit.core.config.legacy_targets.MOVED_MODULES", table)
+    with pytest.warns(FutureWarning, match="it now is pkg.new.sub.mod.Class"):
+        assert current_target("pkg.old.mod.Class") == "pkg.new.sub.mod.Class"
+    with pytest.warns(FutureWarning):
+        assert current_target("pkg.new.mod.Class") == "pkg.new.sub.mod.Class"
+
+
 def test_nested_nodes_are_upgraded_and_untouched_ones_are_returned_as_they_are():
     node = {"net": {"_target_": OLD_NETWORK, "d_model": 8}, "layers": [{"_target_": "a.B"}]}
     with pytest.warns(FutureWarning):

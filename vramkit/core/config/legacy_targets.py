@@ -83,19 +83,34 @@ MOVED_MODULES: dict[str, str] = {
 
 
 def current_target(target: str) -> str:
-    """``target`` (``module.Class``) with a moved module's old path replaced by its new one."""
+    """``target`` (``module.Class``) with a moved module's old path replaced by its new one.
+
+    A module that moved twice (``vramkit.callbacks`` became ``vramkit.core.callbacks``, whose
+    modules later moved into subpackages) is followed to where it is now.
+    """
+    moved = target
+    for _ in range(len(MOVED_MODULES)):  # each hop uses another entry: the table has no loop
+        again = _one_move(moved)
+        if again == moved:
+            break
+        moved = again
+    if moved != target:
+        warnings.warn(
+            f"_target_ {target} is a path of vramkit's old layout; it now is {moved} "
+            f"(loaded as that; write the new path in configs)",
+            FutureWarning,
+            stacklevel=2,
+        )
+    return moved
+
+
+def _one_move(target: str) -> str:
+    """``target`` with the longest moved prefix replaced once; itself when nothing moved."""
     module = target
     while module:
         new = MOVED_MODULES.get(module)
         if new is not None:
-            moved = new + target[len(module) :]
-            warnings.warn(
-                f"_target_ {target} is a path of vramkit's old layout; it now is {moved} "
-                f"(loaded as that; write the new path in configs)",
-                FutureWarning,
-                stacklevel=2,
-            )
-            return moved
+            return new + target[len(module) :]
         module = module.rpartition(".")[0]
     return target
 

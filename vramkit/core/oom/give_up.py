@@ -18,12 +18,12 @@ import torch
 from vramkit.core.compat import lightning_private
 
 if TYPE_CHECKING:
-    from vramkit.core.oom.resilient_module import OOMResilientModule
+    from vramkit.core.oom.recovery_state import GuardedModule
 
 log = logging.getLogger(__name__)
 
 
-def stop_together(module: OOMResilientModule) -> None:
+def stop_together(module: GuardedModule) -> None:
     """Raise ``torch.cuda.OutOfMemoryError`` on every process if any gave up; with one
     process, or when none did, return. Every process must call it at the same point."""
     trainer = lightning_private.attached_trainer(module)
@@ -39,7 +39,7 @@ def stop_together(module: OOMResilientModule) -> None:
     )
 
 
-def give_up(module: OOMResilientModule, message: str) -> None:
+def give_up(module: GuardedModule, message: str) -> None:
     """Stop now with one process; with several, note ``message`` and keep stepping without
     work until :func:`stop_together` stops them all."""
     trainer = lightning_private.attached_trainer(module)

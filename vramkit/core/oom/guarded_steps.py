@@ -33,39 +33,15 @@ from vramkit.core.oom.give_up import give_up
 from vramkit.core.oom.grad_arrivals import GradArrivals
 from vramkit.core.oom.log_buffer import HeldCalls, LogBuffer
 from vramkit.core.oom.policy import Action, decide
+from vramkit.core.oom.recovery_state import GuardedModule, LossWeight, OOMRecoveryState
 
 if TYPE_CHECKING:
     from vramkit.core.oom.guard_plan import GuardPlan
-    from vramkit.core.oom.resilient_module import OOMResilientModule
 
 log = logging.getLogger(__name__)
 
 LAST_RESORT_CHECKPOINT = "oom_last_resort.ckpt"
 LOSS_TERMS = "loss_terms"  # key of a training step's output: its loss by unit of averaging
-
-# What OOMResilientModule.micro_batch_weight returns: one count (a number or a 0-d tensor), or
-# one per loss term, by name.
-LossWeight = float | torch.Tensor | Mapping[str, float | torch.Tensor]
-
-
-@dataclass
-class OOMRecoveryState:
-    """What a module learned from its out-of-memory errors, kept for the rest of the run."""
-
-    train_micro_batch: int | None = None  # samples per training micro-batch; None: whole batch
-    val_micro_batch: int | None = None  # samples per validation micro-batch; None: whole batch
-    train_recoveries: int = 0  # training OOMs survived
-    val_recoveries: int = 0  # validation OOMs survived
-    last_resorts: int = 0  # times the last resort (checkpoint and reload) was taken
-    last_resort_checkpoint: str | None = None  # the checkpoint the last resort wrote
-    fault_above: dict[str, int | None] = field(default_factory=lambda: {"train": None, "val": None})
-    gave_up: str | None = None  # why this process stopped working (DDP: it waits for the others)
-    # Hand-over to the Lightning hooks that run after training_step returns:
-    skip_zero_grad: bool = False  # the step zeroed the gradients itself, before its backward
-    backward_done: bool = False  # the step accumulated its gradients; Lightning's pass only syncs
-    depth: int = 0  # > 0 inside a guarded step (a subclass calling super() is not guarded twice)
-    log_buffer: LogBuffer | HeldCalls | None = None  # where self.log calls go while a step runs
-    plan: GuardPlan | None = field(default=None, repr=False)  # this epoch's facts (guard_plan.py)
 
 
 @dataclass
@@ -102,7 +78,7 @@ class _StepRunner(abc.ABC):
 
     def __init__(
         self,
-        module: OOMResilientModule,
+        module: GuardedModule,
         step: Callable[..., Any],
         batch: Any,
         samples: int,
@@ -258,7 +234,7 @@ class TrainingStepRunner(_StepRunner):
 
     phase = "train"
 
-    def __init__(self, module: OOMResilientModule, plan: GuardPlan, *args: Any) -> None:
+    def __init__(self, module: GuardedModule, plan: GuardPlan, *args: Any) -> None:
         super().__init__(module, *args)
         self.plan = plan
         self._batch_weight: LossWeight | None = None
@@ -439,7 +415,7 @@ class TrainingStepRunner(_StepRunner):
 OUT_OF_MEMORY = object()  # what train_whole_batch returns after an OOM
 
 
-def takes_whole_batch_first(module: OOMResilientModule, batch_idx: int) -> bool:
+def takes_whole_batch_first(module: GuardedModule, batch_idx: int) -> bool:
     """Whether this training step may first try :func:`train_whole_batch`: no micro-batch
     learned yet, and no gradients of earlier batches of an accumulation window to keep."""
     return (
@@ -449,7 +425,7 @@ def takes_whole_batch_first(module: OOMResilientModule, batch_idx: int) -> bool:
 
 
 def train_whole_batch(
-    module: OOMResilientModule,
+    module: GuardedModule,
     plan: GuardPlan,
     step: Callable[..., Any],
     batch: Any,
@@ -501,7 +477,7 @@ def train_whole_batch(
     return {"loss": value, **_detached(extras)} if extras else value
 
 
-def lightning_log(module: OOMResilientModule) -> Callable[..., None]:
+def lightning_log(module: GuardedModule) -> Callable[..., None]:
     """Lightning's own ``log`` of ``module``, where held-back calls go: a subclass's override
     of ``log`` ran when the call was recorded, and must not run again for the replay."""
     return L.LightningModule.log.__get__(module)
@@ -517,7 +493,7 @@ def check_fault(state: OOMRecoveryState, phase: str, size: int) -> None:
         )
 
 
-def zero_grads_now(module: OOMResilientModule, batch_idx: int) -> None:
+def zero_grads_now(module: GuardedModule, batch_idx: int) -> None:
     """Zero the gradients through the module's ``optimizer_zero_grad`` (a user's override
     included), even while Lightning's own call after the step is to be skipped."""
     state, trainer = module.oom_state, lightning_private.attached_trainer(module)
@@ -526,9 +502,7 @@ def zero_grads_now(module: OOMResilientModule, batch_idx: int) -> None:
     state.skip_zero_grad = skip
 
 
-def _backward(
-    module: OOMResilientModule, plan: GuardPlan, loss: torch.Tensor, accumulate: int
-) -> bool:
+def _backward(module: GuardedModule, plan: GuardPlan, loss: torch.Tensor, accumulate: int) -> bool:
     """The backward pass Lightning would run on ``loss``; False when ``loss`` has no graph."""
     # Lightning divides the returned loss by accumulate_grad_batches before its own backward
     # pass; this one must do the same.
@@ -546,7 +520,7 @@ def _backward(
     return True
 
 
-def idle_training_output(module: OOMResilientModule, plan: GuardPlan, batch_idx: int) -> Any:
+def idle_training_output(module: GuardedModule, plan: GuardPlan, batch_idx: int) -> Any:
     """The output of a training step that does no work (its process gave up and waits for the
     others, see :mod:`vramkit.core.oom.give_up`): zero gradients, a zero loss, and under DDP
     the gradient all-reduce the other processes start."""

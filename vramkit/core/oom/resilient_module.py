@@ -49,8 +49,6 @@ from vramkit.core.oom.give_up import stop_together
 from vramkit.core.oom.guard_plan import GuardPlan
 from vramkit.core.oom.guarded_steps import (
     OUT_OF_MEMORY,
-    LossWeight,
-    OOMRecoveryState,
     TrainingStepRunner,
     ValidationStepRunner,
     idle_training_output,
@@ -58,6 +56,7 @@ from vramkit.core.oom.guarded_steps import (
     train_whole_batch,
     without_loss_terms,
 )
+from vramkit.core.oom.recovery_state import LossWeight, OOMRecoveryState
 
 log = logging.getLogger(__name__)
 

@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 from pydantic import Field
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from vramkit.core.config.settings import ConfigPath
-from vramkit.core.data.bad_lines import BadLine
-from vramkit.core.data.loaders import LoaderSettings, build_loader
-from vramkit.core.optional_dependency import import_optional
+from vramkit.core.data.loaders import LoaderSettings
+from vramkit.core.data.tokenized_jsonl import TokenizedJsonlDataModule, load_local_tokenizer
 from vramkit.tasks.causal_lm.sft_examples import (
     IGNORE_INDEX,
     TokenizedExample,
     read_pairs,
     tokenize_example,
 )
-
-log = logging.getLogger(__name__)
-
-_BAD_LINES_SHOWN = 10  # bad lines named in the log per split; all are counted
 
 
 class CausalLMDataSettings(LoaderSettings):
@@ -107,7 +100,7 @@ def _stack(samples: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor
     return {key: torch.stack([sample[key] for sample in samples]) for key in samples[0]}
 
 
-class CausalLMDataModule(L.LightningDataModule):
+class CausalLMDataModule(TokenizedJsonlDataModule):
     """Training and validation loaders of prompt/response pairs for supervised fine-tuning.
 
     ``train_file`` and ``val_file`` are JSON Lines of ``{"prompt", "response"}``
@@ -121,10 +114,6 @@ class CausalLMDataModule(L.LightningDataModule):
     def __init__(self, **settings: Any) -> None:
         super().__init__()
         self.settings = CausalLMDataSettings.from_node(settings, node="data")
-        self.tokenizer: Any = None
-        self.train_dataset: TokenWindows | None = None
-        self.val_dataset: TokenWindows | None = None
-        self._bad_lines: dict[str, list[BadLine]] = {"train": [], "val": []}
 
     def setup(self, stage: str | None = None) -> None:
         """Load the tokenizer and tokenize the splits; later calls reuse them."""
@@ -135,45 +124,12 @@ class CausalLMDataModule(L.LightningDataModule):
         if self.val_dataset is None:
             self.val_dataset = self._read("val", self.settings.val_file)
 
-    @property
-    def vocab_size(self) -> int:
-        """Token ids the tokenizer can produce (its vocabulary and added tokens)."""
-        if self.tokenizer is None:
-            raise RuntimeError("call setup() before vocab_size")
-        return len(self.tokenizer)
-
-    def train_dataloader(self) -> DataLoader:
-        if self.train_dataset is None:
-            raise RuntimeError("call setup('fit') before train_dataloader()")
-        return self._loader(self.train_dataset, self.settings.batch_size, train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        if self.val_dataset is None:
-            raise RuntimeError("call setup() before val_dataloader()")
-        return self._loader(self.val_dataset, self.settings.val_batch_size, train=False)
-
-    def data_problems(self) -> dict[str, int]:
-        """Skipped JSONL lines by ``<split>/bad_lines``."""
-        return {f"{split}/bad_lines": len(lines) for split, lines in self._bad_lines.items()}
-
-    def _loader(self, dataset: Dataset, batch_size: int, *, train: bool) -> DataLoader:
-        return build_loader(
-            dataset,
-            batch_size=batch_size,
-            shuffle=train,
-            num_workers=self.settings.num_workers,
-            pin_memory=self.settings.pin_memory,
-            persistent_workers=self.settings.persistent_workers,
-            collate_fn=_stack,
-        )
+    def _collate(self) -> Callable[[list[Any]], Any]:
+        return _stack
 
     def _read(self, split: str, path: Path) -> TokenWindows:
         pairs, bad = read_pairs(path, strict=self.settings.strict)
-        self._bad_lines[split] = bad
-        for problem in bad[:_BAD_LINES_SHOWN]:
-            log.warning("skipped %s", problem)
-        if len(bad) > _BAD_LINES_SHOWN:
-            log.warning("... and %d more bad lines in %s", len(bad) - _BAD_LINES_SHOWN, path)
+        self._keep_bad_lines(split, path, bad)
         if not pairs:
             raise ValueError(f"{path}: no prompt/response pairs (data.{split}_file)")
         examples = [tokenize_example(self.tokenizer, p, self.settings.prompt_format) for p in pairs]
@@ -185,10 +141,7 @@ class CausalLMDataModule(L.LightningDataModule):
         )
 
     def _load_tokenizer(self, folder: Path) -> Any:
-        transformers = import_optional("transformers", extra="nlp", purpose="task=causal_lm")
-        if not folder.is_dir():
-            raise FileNotFoundError(f"data.tokenizer_dir is not a folder: {folder}")
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        tokenizer = load_local_tokenizer(folder, purpose="task=causal_lm")
         if tokenizer.pad_token_id is None:
             # Llama-style tokenizers have no padding token; padding is masked and unlabelled,
             # so any id serves: the end token, as most fine-tuning recipes do.

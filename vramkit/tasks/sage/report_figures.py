@@ -4,20 +4,34 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
 from vramkit.core.report.task_figures import ReportFigure
-from vramkit.tasks.sage.grid_outputs import predict_grid
+from vramkit.tasks.sage.grid_outputs import GridOutput, predict_grid
 from vramkit.tasks.sage.grid_tokens import PAD
 
 if TYPE_CHECKING:
     import lightning as L
+    import torch
 
-    from vramkit.tasks.sage.grid_module import GridModelModule
+
+class GridPredictor(Protocol):
+    """What the figures use of a grid module (GridModelModule is one; it imports this file, so
+    this file names what it needs instead of importing it back)."""
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def transfer_batch_to_device(
+        self, batch: Any, device: torch.device, dataloader_idx: int
+    ) -> Any: ...
+
+    def __call__(self, batch: dict[str, torch.Tensor]) -> GridOutput: ...
+
 
 QUERIES_READ_PER_KIND = 4
 """Validation queries read per one shown: the best and worst are chosen among them."""
@@ -50,7 +64,7 @@ class _Query:
         return bool(np.array_equal(self.predicted, self.expected))
 
 
-def grid_figures(module: GridModelModule, trainer: L.Trainer, samples: int) -> list[ReportFigure]:
+def grid_figures(module: GridPredictor, trainer: L.Trainer, samples: int) -> list[ReportFigure]:
     """One picture: rows of query / expected / predicted grids for ``samples`` validation queries
     each with the best, the worst and a random cell accuracy (exact matches marked).
 
@@ -86,7 +100,7 @@ def grid_figures(module: GridModelModule, trainer: L.Trainer, samples: int) -> l
     ]
 
 
-def _predict(module: GridModelModule, datamodule: Any, limit: int) -> list[_Query]:
+def _predict(module: GridPredictor, datamodule: Any, limit: int) -> list[_Query]:
     queries: list[_Query] = []
     for raw in datamodule.val_dataloader():
         batch = datamodule.on_after_batch_transfer(

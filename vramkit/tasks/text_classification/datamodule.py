@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 from pydantic import Field
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from vramkit.core.config.settings import ConfigPath
-from vramkit.core.data.bad_lines import BadLine
-from vramkit.core.data.loaders import LoaderSettings, build_loader
-from vramkit.core.optional_dependency import import_optional
+from vramkit.core.data.loaders import LoaderSettings
+from vramkit.core.data.tokenized_jsonl import TokenizedJsonlDataModule, load_local_tokenizer
 from vramkit.tasks.text_classification.text_jsonl import LabelledText, read_labelled_texts
 from vramkit.tasks.text_classification.toy_data import (
     ToyTextConfig,
@@ -24,7 +22,6 @@ from vramkit.tasks.text_classification.toy_data import (
 
 log = logging.getLogger(__name__)
 
-_BAD_LINES_SHOWN = 10  # bad lines named in the log per split; all are counted
 _USER_FILES = ("train_file", "val_file", "tokenizer_dir")
 
 
@@ -119,7 +116,7 @@ class TokenizingCollate:
         }
 
 
-class TextClassificationDataModule(L.LightningDataModule):
+class TextClassificationDataModule(TokenizedJsonlDataModule):
     """Training and validation loaders of labelled texts.
 
     Either all of ``train_file``, ``val_file`` (JSONL, see
@@ -146,10 +143,6 @@ class TextClassificationDataModule(L.LightningDataModule):
             key: getattr(settings, key) for key in _USER_FILES if getattr(settings, key) is not None
         }
         self.toy = None if self.paths else settings.toy
-        self.tokenizer: Any = None
-        self.train_dataset: TextClassificationDataset | None = None
-        self.val_dataset: TextClassificationDataset | None = None
-        self._bad_lines: dict[str, list[BadLine]] = {"train": [], "val": []}
 
     def prepare_data(self) -> None:
         """Write the toy set when no files are configured."""
@@ -172,37 +165,8 @@ class TextClassificationDataModule(L.LightningDataModule):
         if self.val_dataset is None:
             self.val_dataset = self._read("val", self.paths["val_file"])
 
-    @property
-    def vocab_size(self) -> int:
-        """Token ids the tokenizer can produce (its vocabulary and added tokens)."""
-        if self.tokenizer is None:
-            raise RuntimeError("call setup() before vocab_size")
-        return len(self.tokenizer)
-
-    def train_dataloader(self) -> DataLoader:
-        if self.train_dataset is None:
-            raise RuntimeError("call setup('fit') before train_dataloader()")
-        return self._loader(self.train_dataset, self.settings.batch_size, train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        if self.val_dataset is None:
-            raise RuntimeError("call setup() before val_dataloader()")
-        return self._loader(self.val_dataset, self.settings.val_batch_size, train=False)
-
-    def data_problems(self) -> dict[str, int]:
-        """Skipped JSONL lines by ``<split>/bad_lines``."""
-        return {f"{split}/bad_lines": len(lines) for split, lines in self._bad_lines.items()}
-
-    def _loader(self, dataset: Dataset, batch_size: int, *, train: bool) -> DataLoader:
-        return build_loader(
-            dataset,
-            batch_size=batch_size,
-            shuffle=train,
-            num_workers=self.settings.num_workers,
-            pin_memory=self.settings.pin_memory,
-            persistent_workers=self.settings.persistent_workers,
-            collate_fn=TokenizingCollate(self.tokenizer, self.settings.max_length),
-        )
+    def _collate(self) -> Callable[[list[Any]], Any]:
+        return TokenizingCollate(self.tokenizer, self.settings.max_length)
 
     def _read(self, split: str, path: Path) -> TextClassificationDataset:
         examples, bad = read_labelled_texts(
@@ -211,22 +175,13 @@ class TextClassificationDataModule(L.LightningDataModule):
             label_names=self.settings.label_names,
             strict=self.settings.strict,
         )
-        self._bad_lines[split] = bad
-        for problem in bad[:_BAD_LINES_SHOWN]:
-            log.warning("skipped %s", problem)
-        if len(bad) > _BAD_LINES_SHOWN:
-            log.warning("... and %d more bad lines in %s", len(bad) - _BAD_LINES_SHOWN, path)
+        self._keep_bad_lines(split, path, bad)
         if not examples:
             raise ValueError(f"{path}: no examples (data.{split}_file)")
         return TextClassificationDataset(examples)
 
     def _load_tokenizer(self, folder: Path) -> Any:
-        transformers = import_optional(
-            "transformers", extra="nlp", purpose="task=text_classification"
-        )
-        if not folder.is_dir():
-            raise FileNotFoundError(f"data.tokenizer_dir is not a folder: {folder}")
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        tokenizer = load_local_tokenizer(folder, purpose="task=text_classification")
         pad_token_id = self.settings.pad_token_id
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.convert_ids_to_tokens(pad_token_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from matplotlib import patheffects
@@ -17,8 +17,24 @@ from vramkit.tasks.text_detection.icdar_eval import ImageCounts, match_image
 
 if TYPE_CHECKING:
     import lightning as L
+    import torch
 
-    from vramkit.tasks.text_detection.module import TextDetectionModule
+
+class BoxPredictor(Protocol):
+    """What the figures use of a detection module (TextDetectionModule is one; it imports this
+    file, so this file names what it needs instead of importing it back)."""
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def transfer_batch_to_device(
+        self, batch: Any, device: torch.device, dataloader_idx: int
+    ) -> Any: ...
+
+    def predict_boxes(
+        self, batch: dict[str, Any]
+    ) -> tuple[list[list[np.ndarray]], list[list[float]]]: ...
+
 
 IMAGES_READ_PER_KIND = 4
 """Validation images read per picture shown: the best and worst are chosen among them."""
@@ -47,9 +63,7 @@ OUTLINE_HALO = [patheffects.withStroke(linewidth=3.2, foreground="black")]
 colour, its own included (matplotlib.patheffects.withStroke: the stroke, then the line)."""
 
 
-def detection_figures(
-    module: TextDetectionModule, trainer: L.Trainer, samples: int
-) -> list[ReportFigure]:
+def detection_figures(module: BoxPredictor, trainer: L.Trainer, samples: int) -> list[ReportFigure]:
     """One picture: ``samples`` validation images each with the best, the worst and random
     per-image hmean, ground truth in cyan (``###`` white, dashed) and detections in red, each
     outline on a black halo (:data:`OUTLINE_HALO`).
@@ -86,7 +100,7 @@ def detection_figures(
     ]
 
 
-def _score_images(module: TextDetectionModule, datamodule: Any, limit: int) -> list[_Scored]:
+def _score_images(module: BoxPredictor, datamodule: Any, limit: int) -> list[_Scored]:
     scored: list[_Scored] = []
     for raw in datamodule.val_dataloader():
         if "image" not in raw:
