@@ -12,6 +12,7 @@ from pydantic import Field
 from torch._dynamo.eval_frame import OptimizedModule
 from torch.utils.flop_counter import FlopCounterMode
 
+from vramkit.core.callbacks.batch_hooks import switch_batch_hook
 from vramkit.core.config.settings import Settings
 from vramkit.core.data.batches import batch_size_of
 
@@ -97,9 +98,9 @@ class RunModelSummary(RichModelSummary):
                 "counted by torch.utils.flop_counter",
                 self._batch_size if self._batch_size is not None else "?",
             )
-        # nothing left to do per step: Lightning skips hooks that are not callable
-        self.on_train_batch_start = None  # type: ignore[method-assign,assignment]
-        self.on_train_batch_end = None  # type: ignore[method-assign,assignment]
+        # nothing left to do per step
+        switch_batch_hook(self, "on_train_batch_start", on=False)
+        switch_batch_hook(self, "on_train_batch_end", on=False)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException

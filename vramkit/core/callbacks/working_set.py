@@ -136,6 +136,8 @@ def idle_batch_hooks(callback: L.Callback) -> list[str]:
     from ``Callback`` (empty methods), and a ``ModelCheckpoint``'s ``on_train_batch_end``
     without ``every_n_train_steps`` or ``train_time_interval`` (it returns at once then:
     lightning/pytorch/callbacks/model_checkpoint.py, ``on_train_batch_end``)."""
+    if isinstance(callback, CallbackGroup):
+        return []  # it decides which of its hooks are live itself (refresh_batch_hooks)
     hooks = [hook for hook in PER_BATCH_HOOKS if not implements(callback, hook)]
     if (
         isinstance(callback, ModelCheckpoint)
