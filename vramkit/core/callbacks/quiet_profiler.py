@@ -5,8 +5,9 @@ lightning/pytorch/trainer/setup.py), yet every callback hook, module hook, strat
 training batch still enters ``profiler.profile(name)``: a ``@contextmanager`` generator
 (lightning/pytorch/profilers/profiler.py, ``Profiler.profile``) that is created, started and
 closed around each call only to call the empty ``start`` and ``stop``. Traced on
-``benchmarks/step_overhead.py``'s tiny model that is about 2,250 Python bytecodes per training
-step, the same on bare Lightning and on vramkit: more than all of vramkit's own per-step work.
+``benchmarks/step_overhead.py``'s tiny model that is about 2,000 Python bytecodes per training
+step (``noop_profiler_bytecodes_saved`` in benchmarks/results/step_overhead.json: 1,992), the
+same on bare Lightning and on vramkit: more than all of vramkit's own per-step work (1,929).
 :class:`QuietPassThroughProfiler` is the same profiler whose ``profile`` hands back one shared,
 reusable ``nullcontext`` (two empty Python calls per use).
 """
