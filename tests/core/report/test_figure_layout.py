@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from vramkit.core.report.curves import Panel, plot_series, series_figure
 from vramkit.core.report.memory_plan_figure import plot_memory_plan
 from vramkit.core.report.run_metrics import Series
+from vramkit.core.report.task_figures import ReportFigure, image_grid_margins, save_task_figure
 
 
 def _series(name: str, values: list[float], *, per_step: bool) -> Series:
@@ -67,3 +68,19 @@ def test_the_memory_picture_is_drawn_once_to_save_it(monkeypatch, tmp_path: Path
         tmp_path / "memory_plan.png", {"train": 1.3}, {"train": 1.4}, 2.5, unit_label="peak"
     )
     assert len(draws) == 1
+
+
+def test_a_task_picture_is_drawn_once_to_save_it(monkeypatch, tmp_path: Path):
+    size = (4.0, 2.0)
+    figure = Figure(figsize=size)
+    for axes in figure.subplots(1, 2, gridspec_kw=image_grid_margins(size, 1, 2)):
+        axes.imshow([[0, 1], [1, 0]])
+        axes.set_title("best: img_1\nhmean 0.50", fontsize=8)
+    canvas = FigureCanvasAgg(figure)
+    draws = _count_draws(monkeypatch)
+    save_task_figure(ReportFigure("grid", "A grid", figure), tmp_path)
+    assert len(draws) == 1
+    renderer = canvas.get_renderer()
+    for axes in figure.axes:
+        box = axes.get_tightbbox(renderer)
+        assert figure.bbox.y1 >= box.y1  # the two-line title inside the picture

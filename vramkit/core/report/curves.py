@@ -61,25 +61,31 @@ def series_figure(panels: Sequence[Panel]) -> Figure:
     return figure
 
 
-def margins(size_in: tuple[float, float], rows: int, columns: int) -> dict[str, float]:
-    """:data:`MARGINS_IN` as the figure fractions ``Figure.subplots(gridspec_kw=...)`` takes, for
-    a figure of ``size_in`` (inches) holding ``rows`` x ``columns`` panels."""
+def margins(
+    size_in: tuple[float, float],
+    rows: int,
+    columns: int,
+    room_in: Mapping[str, float] = MARGINS_IN,
+) -> dict[str, float]:
+    """``room_in`` (inches, :data:`MARGINS_IN`'s keys) as the figure fractions
+    ``Figure.subplots(gridspec_kw=...)`` takes, for a figure of ``size_in`` (inches) holding
+    ``rows`` x ``columns`` panels."""
     width, height = size_in
     # each axes' own width / height: what is left once the margins and spaces are taken
     panel_width = (
-        width - MARGINS_IN["left"] - MARGINS_IN["right"] - (columns - 1) * MARGINS_IN["wspace"]
+        width - room_in["left"] - room_in["right"] - (columns - 1) * room_in["wspace"]
     ) / columns
     panel_height = (
-        height - MARGINS_IN["bottom"] - MARGINS_IN["top"] - (rows - 1) * MARGINS_IN["hspace"]
+        height - room_in["bottom"] - room_in["top"] - (rows - 1) * room_in["hspace"]
     ) / rows
     return {
-        "left": MARGINS_IN["left"] / width,
-        "right": 1 - MARGINS_IN["right"] / width,
-        "bottom": MARGINS_IN["bottom"] / height,
-        "top": 1 - MARGINS_IN["top"] / height,
+        "left": room_in["left"] / width,
+        "right": 1 - room_in["right"] / width,
+        "bottom": room_in["bottom"] / height,
+        "top": 1 - room_in["top"] / height,
         # gridspec spaces are fractions of one axes' width / height
-        "wspace": MARGINS_IN["wspace"] / panel_width,
-        "hspace": MARGINS_IN["hspace"] / panel_height,
+        "wspace": room_in["wspace"] / panel_width,
+        "hspace": room_in["hspace"] / panel_height,
     }
 
 
