@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import statistics
 import tempfile
 import time
@@ -72,13 +73,31 @@ def steady_step_seconds(marks: Sequence[float]) -> float:
 
 
 class StepStartMarks(L.Callback):
-    """Process CPU time at the start of every training batch."""
+    """Process CPU time at the start of every training batch, and when training ends (before
+    the fit's closing work: the callbacks' ``on_fit_end``, the report among them)."""
 
     def __init__(self) -> None:
         self.marks: list[float] = []
+        self.train_end = math.nan
 
     def on_train_batch_start(self, *args: Any) -> None:
         self.marks.append(time.process_time())
+
+    def on_train_end(self, *args: Any) -> None:
+        self.train_end = time.process_time()
+
+
+def fit_phases(start: float, marks: Sequence[float], train_end: float, end: float) -> dict:
+    """A run's CPU seconds split where it spends them: ``setup_seconds`` (the start to the first
+    step), ``steps_seconds`` (the first step's start to the end of training, epoch ends and
+    checkpoints included) and ``closing_seconds`` (the end of training to the end of the run:
+    the report, summaries)."""
+    first = marks[0] if marks else train_end
+    return {
+        "setup_seconds": first - start,
+        "steps_seconds": train_end - first,
+        "closing_seconds": end - train_end,
+    }
 
 
 def run_vramkit(cfg: DictConfig) -> dict[str, float]:
@@ -89,14 +108,15 @@ def run_vramkit(cfg: DictConfig) -> dict[str, float]:
     loggers = instantiate_group(cfg.get("logger"))
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     keep_working_callbacks(trainer, datamodule)  # as train.py does
-    cpu, wall = time.process_time(), time.perf_counter()
+    start, wall = time.process_time(), time.perf_counter()
     trainer.fit(model, datamodule=datamodule)
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    end, wall = time.process_time(), time.perf_counter() - wall
     return {
-        "cpu_seconds": cpu,
+        "cpu_seconds": end - start,
         "wall_seconds": wall,
         "steps": trainer.global_step,
         "steady_step_seconds": steady_step_seconds(marks.marks),
+        **fit_phases(start, marks.marks, marks.train_end, end),
     }
 
 
@@ -112,7 +132,7 @@ def run_plain(cfg: DictConfig, *, max_steps: int | None = None) -> dict[str, flo
     net.train()
     steps = 0
     marks = []
-    cpu, wall = time.process_time(), time.perf_counter()
+    start, wall = time.process_time(), time.perf_counter()
     for _ in range(epochs):
         for batch in loader:
             if steps == total:
@@ -125,12 +145,14 @@ def run_plain(cfg: DictConfig, *, max_steps: int | None = None) -> dict[str, flo
             optimizer.step()
             scheduler.step()
             steps += 1
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    train_end = time.process_time()
+    end, wall = time.process_time(), time.perf_counter() - wall
     return {
-        "cpu_seconds": cpu,
+        "cpu_seconds": end - start,
         "wall_seconds": wall,
         "steps": steps,
         "steady_step_seconds": steady_step_seconds(marks),
+        **fit_phases(start, marks, train_end, end),
     }
 
 
@@ -207,6 +229,18 @@ def run(repeats: int = 6, epochs: int = 2, extra_overrides: Sequence[str] = ()) 
         "plain_spread_pct": _pct(
             max(r["cpu_seconds"] for r in results["plain"]), plain["best_cpu_seconds"]
         ),
+        # where the difference sits: per phase, the median over repeats of the paired runs'
+        # difference in CPU seconds (fit_phases)
+        "phase_overhead_seconds": {
+            phase: round(
+                statistics.median(
+                    mine[phase] - theirs[phase]
+                    for mine, theirs in zip(results["vramkit"], results["plain"], strict=True)
+                ),
+                3,
+            )
+            for phase in ("setup_seconds", "steps_seconds", "closing_seconds")
+        },
         "plain_wall_seconds": round(plain["median_wall_seconds"], 3),
         "vramkit_wall_seconds": round(vramkit["median_wall_seconds"], 3),
         "overhead_pct_wall": _pct(vramkit["median_wall_seconds"], plain["median_wall_seconds"]),
@@ -221,7 +255,10 @@ def run(repeats: int = 6, epochs: int = 2, extra_overrides: Sequence[str] = ()) 
         "run; overhead_pct_best: best run of each side (as timeit); plain_spread_pct: how much "
         "the plain loop's slowest run took over its fastest (the noise floor); steady_step_* "
         "compare median step times after the first 3 steps (per-step costs without the fixed "
-        "ones); *_wall*: medians of the wall clock",
+        "ones); *_wall*: medians of the wall clock; phase_overhead_seconds: the paired difference "
+        "per phase of a run (setup: start to the first step; steps: first step to the end of "
+        "training, epoch ends and checkpoints included; closing: the end of training to the end "
+        "of the run, where vramkit writes its report)",
     }
 
 

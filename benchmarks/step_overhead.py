@@ -62,6 +62,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from benchmarks.configs import compose_run_config, quiet_libraries
 from benchmarks.record import RESULTS_DIR, write_result
+from vramkit.core.callbacks.quiet_profiler import quiet_idle_profiler
 from vramkit.core.callbacks.working_set import keep_working_callbacks, skip_idle_batch_hooks
 from vramkit.core.config.instantiate import instantiate_group
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO
@@ -373,13 +374,16 @@ class _OpcodeCounter(L.Callback):
 def traced_bytecodes_per_step(
     side: str, work: Path, first: int, last: int, param_tensors: int = 4
 ) -> int:
-    """Python bytecodes per training step of ``side`` ("lightning" or "vramkit") on a model of
+    """Python bytecodes per training step of ``side`` ("lightning", "vramkit", or
+    "lightning_quiet_profiler": bare Lightning with vramkit's no-op profiler) on a model of
     ``param_tensors`` parameter tensors, counted from step ``first`` to step ``last``: a figure
     that load does not move, beside the timings that it does. It leaves out C work (tensor
     ops, dict lookups inside one bytecode)."""
     counter = _OpcodeCounter(first, last)
-    if side == "lightning":
+    if side in ("lightning", "lightning_quiet_profiler"):
         trainer = _bare_trainer(last + 5, work, callbacks=[counter])
+        if side == "lightning_quiet_profiler":
+            quiet_idle_profiler(trainer)
         module: L.LightningModule = LightningTiny(param_tensors)
     else:
         trainer, module = _vramkit_trainer(last + 5, work), GuardedTiny(param_tensors)
@@ -508,6 +512,12 @@ def run(rounds: int = 16, steps: int = 300) -> dict[str, Any]:
             for size in (GUARD_SIZES[0], GUARD_SIZES[-1])
         }
         bytecodes = traced[GUARD_SIZES[0]]
+        quiet_lightning = traced_bytecodes_per_step(
+            "lightning_quiet_profiler",
+            work / "traced_quiet",
+            WARMUP_STEPS,
+            min(steps, WARMUP_STEPS + 100),
+        )
         plain: list[float] = []
         sizes: dict[int, list[float]] = {size: [] for size in GUARD_SIZES}
         for index in range(rounds):
@@ -543,6 +553,12 @@ def run(rounds: int = 16, steps: int = 300) -> dict[str, Any]:
         "vramkit_minus_lightning_in_fit_us": _summary(in_fit),
         "bytecodes_per_step": bytecodes,
         "vramkit_minus_lightning_bytecodes": bytecodes["vramkit"] - bytecodes["lightning"],
+        # The no-op profiler's share, measured on both sides: bare Lightning pays it for
+        # every profiled hook call, vramkit swaps in a cheaper one (quiet_profiler.py); against
+        # Lightning with that same profiler, what vramkit's own work (guard, callbacks) costs.
+        "lightning_quiet_profiler_bytecodes": quiet_lightning,
+        "noop_profiler_bytecodes_saved": bytecodes["lightning"] - quiet_lightning,
+        "vramkit_own_bytecodes": bytecodes["vramkit"] - quiet_lightning,
         # flat in model size: vramkit's extra bytecodes on the largest model against the smallest
         "vramkit_minus_lightning_bytecodes_by_param_tensors": {
             str(size): sides["vramkit"] - sides["lightning"] for size, sides in traced.items()
@@ -571,7 +587,9 @@ def run(rounds: int = 16, steps: int = 300) -> dict[str, Any]:
         f"slope of guard_us from {first} to {last} parameter tensors; plain: measured on its "
         "own, paired with nothing; bytecodes_per_step: Python bytecodes per step, traced over "
         "up to 100 steps after the warm-up (vramkit_minus_lightning_bytecodes_by_param_tensors: "
-        f"the same on models of {first} and {last} parameter tensors); "
+        f"the same on models of {first} and {last} parameter tensors; "
+        "lightning_quiet_profiler_bytecodes: bare Lightning with vramkit's no-op profiler, "
+        "vramkit_own_bytecodes: vramkit minus that); "
         "vramkit_minus_lightning_in_fit_us: in one fit, "
         f"blocks of {LOG_EVERY_N_STEPS} steps with vramkit's guard and callbacks and without them "
         "alternate, the median over steps of a step's time minus the step's at the same place "

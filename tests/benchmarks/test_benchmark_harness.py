@@ -106,3 +106,12 @@ def test_overhead_sides_take_the_same_steps(tmp_path: Path) -> None:
     )
     assert numbers["steps"] == 2
     assert numbers["plain_seconds"] > 0 and numbers["vramkit_seconds"] > 0
+    (plain,) = numbers["all_runs"]["plain"]
+    assert all(plain[phase] >= 0 for phase in ("setup_seconds", "steps_seconds"))
+    phases = sum(plain[p] for p in ("setup_seconds", "steps_seconds", "closing_seconds"))
+    assert phases == pytest.approx(plain["cpu_seconds"], abs=0.002)  # rounded to ms each
+    assert set(numbers["phase_overhead_seconds"]) == {
+        "setup_seconds",
+        "steps_seconds",
+        "closing_seconds",
+    }

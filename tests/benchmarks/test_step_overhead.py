@@ -68,6 +68,10 @@ def test_a_tiny_run_measures_every_side_and_checks_the_targets(monkeypatch, shar
     assert bytecodes["lightning"] > 1000  # a Lightning step runs thousands of bytecodes
     difference = bytecodes["vramkit"] - bytecodes["lightning"]
     assert numbers["vramkit_minus_lightning_bytecodes"] == difference
+    # the no-op profiler measured on both sides: Lightning's costs hundreds of bytecodes a step
+    quiet = numbers["lightning_quiet_profiler_bytecodes"]
+    assert numbers["noop_profiler_bytecodes_saved"] == bytecodes["lightning"] - quiet > 500
+    assert numbers["vramkit_own_bytecodes"] == bytecodes["vramkit"] - quiet
     met = (
         numbers["vramkit_minus_lightning_us"] <= numbers["target_vramkit_minus_lightning_us"]
         and numbers["guard_us_per_param_tensor"] <= numbers["target_guard_us_per_param_tensor"]

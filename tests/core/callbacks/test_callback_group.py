@@ -12,7 +12,7 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
 from tests.core.callbacks.tiny_regression import TinyRegression, regression_loader
-from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS
+from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS, switch_batch_hook
 from vramkit.core.callbacks.callback_group import CallbackGroup
 from vramkit.core.callbacks.memory_monitor import MemoryMonitor
 from vramkit.core.callbacks.phase_memory_hygiene import PhaseMemoryHygiene
@@ -112,7 +112,7 @@ class _CountsSteps(L.Callback):
     def on_train_batch_start(self, *_: Any) -> None:
         self.starts += 1
         if self.starts == self.until:
-            self.on_train_batch_start = None  # type: ignore[method-assign,assignment]
+            switch_batch_hook(self, "on_train_batch_start", on=False)
 
 
 def test_per_batch_hooks_reach_their_members_until_one_switches_off(tmp_path):
@@ -121,6 +121,25 @@ def test_per_batch_hooks_reach_their_members_until_one_switches_off(tmp_path):
     assert group.on_train_batch_end is None  # no member has it: Lightning skips it
     _fit(tmp_path, [group])  # 2 epochs of 2 batches
     assert (steady.starts, once.starts) == (4, 1)
+
+
+def test_the_live_batch_hooks_are_decided_when_built_and_when_switched_not_per_batch():
+    steady, once = _CountsSteps(), _CountsSteps()
+    alone = _CountsSteps()
+    group = CallbackGroup([steady, _Counter("phase")])
+    # one live member: Lightning calls the member's own bound hook, no forwarding between
+    assert group.on_train_batch_start == steady.on_train_batch_start
+    switch_batch_hook(steady, "on_train_batch_start", on=False)
+    assert group.on_train_batch_start is None  # Lightning passes it over
+    switch_batch_hook(steady, "on_train_batch_start", on=True)
+    assert group.on_train_batch_start == steady.on_train_batch_start
+    both = CallbackGroup([steady, once], trailing=[alone])
+    assert alone.on_train_batch_start is None  # taken over: Lightning passes it over there
+    both.on_train_batch_start("trainer", "module", "batch", 0)  # one call runs all three
+    assert (steady.starts, once.starts, alone.starts) == (1, 1, 1)
+    switch_batch_hook(alone, "on_train_batch_start", on=False)
+    switch_batch_hook(steady, "on_train_batch_start", on=False)
+    assert both.on_train_batch_start == once.on_train_batch_start
 
 
 def test_every_member_hears_its_hooks_and_lightning_skips_the_batch_hooks(tmp_path):

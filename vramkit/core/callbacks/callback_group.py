@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import lightning as L
 
-from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS, implements, taken_over_hooks
+from vramkit.core.callbacks.batch_hooks import (
+    PER_BATCH_HOOKS,
+    REFRESH,
+    implements,
+    taken_over_hooks,
+)
 
 # Every hook of Lightning's Callback but the per-batch ones and the two state methods.
 PHASE_HOOKS = tuple(
@@ -30,8 +36,14 @@ class CallbackGroup(L.Callback):
     ``benchmarks/step_overhead.py``'s tiny model, that was the largest part of vramkit's cost
     per step: about 55 bytecodes per registered callback and step, about 110 more per hook
     that does run. The group is one registered callback: each hook reaches the members that
-    implement it, in their order; a member can switch a per-batch hook off for the rest of the
-    run by setting it to None on itself, as it could registered alone (working_set.py).
+    implement it, in their order.
+
+    Which per-batch hooks are live is decided when the group is built and again whenever a
+    member switches one (``switch_batch_hook`` in batch_hooks.py, the one way to switch a
+    member's hook off or on for the rest of the run), not at every batch: a hook no member runs
+    is None on the group (Lightning passes it over), a hook one member runs is that member's
+    bound hook itself (Lightning calls it with no forwarding frame), and a hook several run
+    calls them in turn.
 
     Callbacks that Lightning finds by type (the progress bar, a checkpoint) stay registered on
     their own, but the group can run their per-batch hooks too (``leading`` before the
@@ -64,8 +76,8 @@ class CallbackGroup(L.Callback):
             hook: [getattr(member, hook) for member in self.members if implements(member, hook)]
             for hook in PHASE_HOOKS
         }
-        # Each entry has the hook as an attribute: a member itself (its hook looked up at each
-        # call, so a member can switch it off), or the hooks taken over from a registered one.
+        # Each entry has the hook as an attribute, None while it is switched off: a member
+        # itself, or the hooks taken over from a registered callback.
         self._batch: dict[str, list[Any]] = {
             hook: [
                 *_take_over(leading, hook),
@@ -74,9 +86,21 @@ class CallbackGroup(L.Callback):
             ]
             for hook in PER_BATCH_HOOKS
         }
-        for hook, implementers in self._batch.items():
-            if not implementers:
-                setattr(self, hook, None)  # not callable: Lightning skips it (working_set.py)
+        for callback in (*leading, *self.members, *trailing):
+            callback.__dict__[REFRESH] = self.refresh_batch_hooks
+        self.refresh_batch_hooks()
+
+    def refresh_batch_hooks(self) -> None:
+        """Decide, for each per-batch hook, what Lightning calls: None (no live entry), the one
+        live entry's bound hook, or a call of each live one in order."""
+        for hook, entries in self._batch.items():
+            live = tuple(call for call in (getattr(e, hook) for e in entries) if call is not None)
+            if not live:
+                setattr(self, hook, None)
+            elif len(live) == 1:
+                setattr(self, hook, live[0])
+            else:
+                setattr(self, hook, partial(_call_each, live))
 
     def state_dict(self) -> dict[str, Any]:
         """The members' states by their own state keys (those with a state)."""
@@ -124,16 +148,9 @@ def _phase_forwarding(hook: str) -> Callable[..., None]:
     return _named(method, hook)
 
 
-def _batch_forwarding(hook: str) -> Callable[..., None]:
-    # Runs on every batch: one frame, and the member's hook looked up at each call, so a
-    # member that switched it off (None) is passed over.
-    def method(self: CallbackGroup, *args: Any, **kwargs: Any) -> None:
-        for member in self._batch[hook]:
-            member_hook = getattr(member, hook)
-            if member_hook is not None:
-                member_hook(*args, **kwargs)
-
-    return _named(method, hook)
+def _call_each(calls: tuple[Callable[..., None], ...], *args: Any, **kwargs: Any) -> None:
+    for call in calls:
+        call(*args, **kwargs)
 
 
 def _named(method: Callable[..., None], hook: str) -> Callable[..., None]:
@@ -145,5 +162,3 @@ def _named(method: Callable[..., None], hook: str) -> Callable[..., None]:
 for _hook in PHASE_HOOKS:
     if _hook not in vars(CallbackGroup):
         setattr(CallbackGroup, _hook, _phase_forwarding(_hook))
-for _hook in PER_BATCH_HOOKS:
-    setattr(CallbackGroup, _hook, _batch_forwarding(_hook))

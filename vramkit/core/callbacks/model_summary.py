@@ -11,6 +11,7 @@ from lightning.pytorch.utilities.model_summary import summarize
 from pydantic import Field
 from torch.utils.flop_counter import FlopCounterMode
 
+from vramkit.core.callbacks.batch_hooks import switch_batch_hook
 from vramkit.core.compat import lightning_private, torch_private
 from vramkit.core.config.settings import Settings
 from vramkit.core.data.batches import batch_size_of
@@ -96,9 +97,9 @@ class RunModelSummary(RichModelSummary):
                 "counted by torch.utils.flop_counter",
                 self._batch_size if self._batch_size is not None else "?",
             )
-        # nothing left to do per step: Lightning skips hooks that are not callable
-        self.on_train_batch_start = None  # type: ignore[method-assign,assignment]
-        self.on_train_batch_end = None  # type: ignore[method-assign,assignment]
+        # nothing left to do per step
+        switch_batch_hook(self, "on_train_batch_start", on=False)
+        switch_batch_hook(self, "on_train_batch_end", on=False)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException

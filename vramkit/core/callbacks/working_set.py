@@ -28,6 +28,7 @@ from lightning.pytorch.callbacks import (
 
 from vramkit.core.callbacks.batch_hooks import PER_BATCH_HOOKS, implements
 from vramkit.core.callbacks.callback_group import CallbackGroup
+from vramkit.core.callbacks.quiet_profiler import quiet_idle_profiler
 from vramkit.core.compat import lightning_private
 
 log = logging.getLogger(__name__)
@@ -51,8 +52,10 @@ def keep_working_callbacks(
     trainer: L.Trainer, datamodule: L.LightningDataModule | None = None
 ) -> list[str]:
     """Take the callbacks with nothing to do out of ``trainer.callbacks``, switch off the
-    per-batch hooks of the others that have nothing to do (:func:`skip_idle_batch_hooks`) and
-    register vramkit's own callbacks as one (:func:`group_vramkit_callbacks`).
+    per-batch hooks of the others that have nothing to do (:func:`skip_idle_batch_hooks`),
+    register vramkit's own callbacks as one (:func:`group_vramkit_callbacks`) and give the Trainer
+    a no-op profiler without a generator per hook call where it runs Lightning's default
+    (:func:`~vramkit.core.callbacks.quiet_profiler.quiet_idle_profiler`).
     Call it after the Trainer is built and before it runs on ``datamodule``; returns the names
     of the callbacks taken out."""
     kept: list[L.Callback] = []
@@ -70,6 +73,7 @@ def keep_working_callbacks(
         skip_idle_batch_hooks(callback)
         kept.append(callback)
     trainer.callbacks = group_vramkit_callbacks(kept)
+    quiet_idle_profiler(trainer)
     return dropped
 
 
@@ -133,6 +137,8 @@ def idle_batch_hooks(callback: L.Callback) -> list[str]:
     from ``Callback`` (empty methods), and a ``ModelCheckpoint``'s ``on_train_batch_end``
     without ``every_n_train_steps`` or ``train_time_interval`` (it returns at once then:
     lightning/pytorch/callbacks/model_checkpoint.py, ``on_train_batch_end``)."""
+    if isinstance(callback, CallbackGroup):
+        return []  # it decides which of its hooks are live itself (refresh_batch_hooks)
     hooks = [hook for hook in PER_BATCH_HOOKS if not implements(callback, hook)]
     if (
         isinstance(callback, ModelCheckpoint)

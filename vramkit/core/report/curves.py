@@ -14,6 +14,11 @@ from vramkit.core.report.run_metrics import Series
 
 PANEL_SIZE_IN = (5.2, 3.2)
 """Width and height of one chart panel (inches)."""
+MARGINS_IN = {"left": 0.75, "right": 0.15, "bottom": 0.5, "top": 0.3, "wspace": 0.75, "hspace": 0.8}
+"""Fixed room around and between panels (inches): tick labels up to six characters, the axis
+label, the title. Fixed instead of ``tight_layout``, which measures every text by drawing the
+figure and leaves a layout engine that makes ``savefig`` draw it once more
+(matplotlib 3.11 ``backend_bases.FigureCanvasBase.print_figure``): one draw per picture."""
 
 
 @dataclass(frozen=True)
@@ -31,23 +36,57 @@ class Panel:
 
 
 def plot_series(path: Path, panels: Sequence[Panel], *, dpi: int = 100) -> Path:
-    """Draw the panels side by side (three to a row) and save the PNG at ``path``.
+    """:func:`series_figure` saved as a PNG at ``path`` (``dpi`` dots per inch)."""
+    figure = series_figure(panels)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi)
+    return path
+
+
+def series_figure(panels: Sequence[Panel]) -> Figure:
+    """The panels side by side (three to a row), each :data:`PANEL_SIZE_IN` inches.
 
     A series logged once per epoch is drawn against the epoch (with markers); one logged every
     step against the optimizer step, so per-step noise and epoch trends each get their own axis.
     """
     columns = min(len(panels), 3)
     rows = (len(panels) + columns - 1) // columns
-    figure = Figure(figsize=(PANEL_SIZE_IN[0] * columns, PANEL_SIZE_IN[1] * rows))
-    axes = figure.subplots(rows, columns, squeeze=False)
+    size = (PANEL_SIZE_IN[0] * columns, PANEL_SIZE_IN[1] * rows)
+    figure = Figure(figsize=size)
+    axes = figure.subplots(rows, columns, squeeze=False, gridspec_kw=margins(size, rows, columns))
     for index, panel in enumerate(panels):
         draw_panel(axes[index // columns][index % columns], panel)
     for index in range(len(panels), rows * columns):
         axes[index // columns][index % columns].set_visible(False)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=dpi)
-    return path
+    return figure
+
+
+def margins(
+    size_in: tuple[float, float],
+    rows: int,
+    columns: int,
+    room_in: Mapping[str, float] = MARGINS_IN,
+) -> dict[str, float]:
+    """``room_in`` (inches, :data:`MARGINS_IN`'s keys) as the figure fractions
+    ``Figure.subplots(gridspec_kw=...)`` takes, for a figure of ``size_in`` (inches) holding
+    ``rows`` x ``columns`` panels."""
+    width, height = size_in
+    # each axes' own width / height: what is left once the margins and spaces are taken
+    panel_width = (
+        width - room_in["left"] - room_in["right"] - (columns - 1) * room_in["wspace"]
+    ) / columns
+    panel_height = (
+        height - room_in["bottom"] - room_in["top"] - (rows - 1) * room_in["hspace"]
+    ) / rows
+    return {
+        "left": room_in["left"] / width,
+        "right": 1 - room_in["right"] / width,
+        "bottom": room_in["bottom"] / height,
+        "top": 1 - room_in["top"] / height,
+        # gridspec spaces are fractions of one axes' width / height
+        "wspace": room_in["wspace"] / panel_width,
+        "hspace": room_in["hspace"] / panel_height,
+    }
 
 
 def draw_panel(axes: Axes, panel: Panel) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from vramkit.core.report.curves import PANEL_SIZE_IN
+from vramkit.core.report.curves import PANEL_SIZE_IN, margins
 
 BUDGET_ON_SCALE = 2.0
 """The budget is drawn as a line when it is at most this many times the tallest bar."""
@@ -32,7 +32,8 @@ def memory_plan_figure(
     (a dashed line when it is on the bars' scale, else a note)."""
     phases = sorted(set(measured_gib) | set(predicted_gib), key=_phase_order)
     figure = Figure(figsize=PANEL_SIZE_IN)
-    axes = figure.subplots()
+    # fixed margins, not tight_layout: one draw per picture (see curves.MARGINS_IN)
+    axes = figure.subplots(gridspec_kw=margins(PANEL_SIZE_IN, 1, 1))
     width = 0.38
     positions = range(len(phases))
     bars = [
@@ -65,7 +66,6 @@ def memory_plan_figure(
     axes.set_title("peak memory per phase", fontsize=10)
     axes.set_ylim(0, tallest * HEADROOM)
     axes.legend(fontsize=8, loc="upper left", ncols=1, framealpha=0.9)
-    figure.tight_layout()
     return figure
 
 

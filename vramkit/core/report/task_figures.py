@@ -8,11 +8,29 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from matplotlib.figure import Figure
 
+from vramkit.core.report.curves import margins
+
 if TYPE_CHECKING:
     import lightning as L
 
 TASK_FIGURE_PREFIX = "task_"
 """Task pictures are saved as ``report/task_<name>.png``, so a rebuild finds them again."""
+IMAGE_MARGINS_IN = {
+    "left": 0.1,
+    "right": 0.1,
+    "bottom": 0.1,
+    "top": 0.45,
+    "wspace": 0.2,
+    "hspace": 0.5,
+}
+"""Room around and between the pictures of a grid of images without axes (inches): a title of
+two 8-9 pt lines above each."""
+
+
+def image_grid_margins(size_in: tuple[float, float], rows: int, columns: int) -> dict[str, float]:
+    """:data:`IMAGE_MARGINS_IN` as ``Figure.subplots(gridspec_kw=...)`` fractions for a figure of
+    ``size_in`` (inches): fixed, so saving the picture draws it once (no ``tight_layout``)."""
+    return margins(size_in, rows, columns, IMAGE_MARGINS_IN)
 
 
 @dataclass(frozen=True)
@@ -31,7 +49,8 @@ class DrawsReportFigures(Protocol):
 
     ``report_figures`` runs once at the end of a fit, on global rank 0, with the model in eval
     mode and no grad; it should read only a few validation samples (``samples`` of each kind it
-    shows, e.g. the best, the worst and random ones).
+    shows, e.g. the best, the worst and random ones). The figures are saved as laid out, drawn
+    once: give them fixed margins (:func:`image_grid_margins`), not ``tight_layout``.
     """
 
     def report_figures(self, trainer: L.Trainer, samples: int) -> list[ReportFigure]: ...
@@ -43,7 +62,8 @@ def save_task_figure(figure: ReportFigure, folder: Path, dpi: int = 110) -> Path
         raise ValueError(f"report figure names are letters, digits and '_', got {figure.name!r}")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{TASK_FIGURE_PREFIX}{figure.name}.png"
-    figure.figure.savefig(path, dpi=dpi, bbox_inches="tight")
+    # as laid out: bbox_inches="tight" would draw the figure once more to measure it
+    figure.figure.savefig(path, dpi=dpi)
     # the caption travels with the picture, so `python -m vramkit.report` can show it again
     path.with_suffix(".txt").write_text(f"{figure.title}\n{figure.caption}\n")
     return path

@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
-from vramkit.core.report.task_figures import ReportFigure
+from vramkit.core.report.task_figures import ReportFigure, image_grid_margins
 from vramkit.tasks.sage.grid_outputs import GridOutput, predict_grid
 from vramkit.tasks.sage.grid_tokens import PAD
 
@@ -120,8 +120,11 @@ def _predict(module: GridPredictor, datamodule: Any, limit: int) -> list[_Query]
 
 
 def _draw(chosen: list[tuple[str, _Query]]) -> Figure:
-    figure = Figure(figsize=(7.5, 2.6 * len(chosen)))
-    axes = figure.subplots(len(chosen), 3, squeeze=False)
+    size = (7.5, 2.6 * len(chosen))
+    figure = Figure(figsize=size)
+    axes = figure.subplots(
+        len(chosen), 3, squeeze=False, gridspec_kw=image_grid_margins(size, len(chosen), 3)
+    )
     for row, (kind, item) in enumerate(chosen):
         side = _extent(item)
         verdict = "exact" if item.exact else f"cells {item.cell_accuracy:.0%}"
@@ -134,7 +137,6 @@ def _draw(chosen: list[tuple[str, _Query]]) -> Figure:
             ax.set_xticks([])
             ax.set_yticks([])
             ax.set_title(f"{kind}: {label}" if column == 0 else label, fontsize=9)
-    figure.tight_layout()
     return figure
 
 

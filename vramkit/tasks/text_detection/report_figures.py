@@ -11,7 +11,7 @@ from matplotlib import patheffects
 from matplotlib.figure import Figure
 from matplotlib.patches import Polygon
 
-from vramkit.core.report.task_figures import ReportFigure
+from vramkit.core.report.task_figures import ReportFigure, image_grid_margins
 from vramkit.tasks.text_detection.device_inputs import to_model_inputs
 from vramkit.tasks.text_detection.icdar_eval import ImageCounts, match_image
 
@@ -134,8 +134,11 @@ def _score_images(module: BoxPredictor, datamodule: Any, limit: int) -> list[_Sc
 
 
 def _draw(rows: list[tuple[str, list[_Scored]]], columns: int) -> Figure:
-    figure = Figure(figsize=(3.6 * columns, 3.6 * len(rows)))
-    axes = figure.subplots(len(rows), columns, squeeze=False)
+    size = (3.6 * columns, 3.6 * len(rows))
+    figure = Figure(figsize=size)
+    axes = figure.subplots(
+        len(rows), columns, squeeze=False, gridspec_kw=image_grid_margins(size, len(rows), columns)
+    )
     for row, (kind, items) in enumerate(rows):
         for column in range(columns):
             ax = axes[row][column]
@@ -172,7 +175,6 @@ def _draw(rows: list[tuple[str, list[_Scored]]], columns: int) -> Figure:
                 f"({counts.matched}/{counts.gt_care} gt, {counts.det_care} det)",
                 fontsize=8,
             )
-    figure.tight_layout()
     return figure
 
 
