@@ -11,6 +11,7 @@ anything is built, and the decision is kept for the run folder (`fit_decision.js
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -21,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from vramkit.core.hardware.profile import AUTO, HardwareProfile
+from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.core.planner.decisions.auto_fit import FitDecision, choose_fit
 from vramkit.core.planner.decisions.host_memory import (
@@ -36,8 +37,9 @@ from vramkit.core.planner.decisions.host_memory import (
 )
 from vramkit.core.planner.decisions.plan import TRAIN, VAL
 from vramkit.core.planner.decisions.remedies import propose_remedies
-from vramkit.core.planner.decisions.task_plan import MemoryPlan, plan_task, run_sharding
+from vramkit.core.planner.decisions.task_plan import MemoryPlan, plan_task
 from vramkit.core.planner.errors import DoesNotFitError
+from vramkit.core.run.plan_request_from_config import plan_request, run_sharding
 from vramkit.core.units import GIB
 
 FIT_DECISION = "fit_decision.json"
@@ -92,15 +94,13 @@ def fit_to_budget(
     `typed` writes an override as the user appends it. Raises `DoesNotFitError` (not on a
     rehearsal) when the run must be refused, and `PlanningError` when it cannot be planned.
     """
-    train_request = profile.batch_size if profile.batch_size != AUTO else None
-    val_request = profile.val_batch_size if profile.val_batch_size != AUTO else None
-    plan = plan_task(
-        cfg,
-        profile,
-        train_batch_size=train_request or (1 if rehearsal else None),
-        val_batch_size=val_request or (1 if rehearsal else None),
-        with_remedies=False,
-    )
+    request = plan_request(cfg, profile, with_remedies=False)
+    train_request, val_request = request.train_batch_size, request.val_batch_size
+    if rehearsal:
+        request = dataclasses.replace(
+            request, train_batch_size=train_request or 1, val_batch_size=val_request or 1
+        )
+    plan = plan_task(request)
     if plan.fits:
         if rehearsal:
             echo(
@@ -235,11 +235,9 @@ def fit_host_memory(
     """
     started = time.perf_counter()
     plan = plan_task(
-        cfg,
-        profile,
-        train_batch_size=train_batch_size,
-        val_batch_size=val_batch_size,
-        with_remedies=False,
+        plan_request(
+            cfg, profile, batch_sizes=(train_batch_size, val_batch_size), with_remedies=False
+        )
     )
     host = HostPlanner(
         plan.planner,

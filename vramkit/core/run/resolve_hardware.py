@@ -388,10 +388,12 @@ def _planned_batch_sizes(
         return profile
     # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
     from vramkit.core.planner import DoesNotFitError, PlanningError, resolve_auto_batch_sizes
+    from vramkit.core.run.plan_request_from_config import plan_request
 
     predictions: dict = {}
     try:
-        train, val, accumulate, lines = resolve_auto_batch_sizes(cfg, profile, plan, predictions)
+        request = plan_request(cfg, profile, with_remedies=False)
+        train, val, accumulate, lines = resolve_auto_batch_sizes(request, plan, predictions)
     except DoesNotFitError:
         raise
     except PlanningError as error:
