@@ -92,9 +92,10 @@ def module_factory(model_cfg: DictConfig) -> ModuleFactory:
     return build
 
 
-def data_factory(data_cfg: DictConfig) -> Callable[[], PhaseSamples]:
-    """One sample batch per phase from the datamodule `data_cfg` builds."""
-    return lambda: sample_batches(instantiate(data_cfg))
+def data_factory(planning: DictConfig) -> Callable[[], PhaseSamples]:
+    """One sample batch per phase from the datamodule of `planning`'s `data` node, read when
+    the planner asks for the samples."""
+    return lambda: sample_batches(instantiate(planning.data))
 
 
 def run_sharding(cfg: DictConfig, profile: HardwareProfile) -> Sharding:
@@ -192,7 +193,7 @@ def plan_request(
     max_epochs, max_steps = _trainer_length(planning)
     return PlanRequest(
         module=module_factory(planning.model),
-        data=data_factory(planning.data) if samples is None else lambda: samples,
+        data=data_factory(planning) if samples is None else lambda: samples,
         profile=profile,
         setup=profile_setup(cfg, profile) if setup is None else setup,
         train_batch_size=batch_sizes[0],
