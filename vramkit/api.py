@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from vramkit.core.config.source import closest
+from vramkit.core.hardware.detect import load_profile_file
 from vramkit.core.hardware.profile import (
     HardwareProfile,
     ProfileError,
@@ -63,9 +64,11 @@ def profile_names() -> list[str]:
     return sorted(path.stem for path in (CONF_DIR / "hw").glob("*.yaml"))
 
 
-def load_profile(name: str) -> HardwareProfile:
-    """The hardware profile ``conf/hw/<name>.yaml``, validated; a `ProfileError` naming the
-    closest profile when there is none of that name."""
+def load_profile(name: str, changes: Mapping[str, Any] | None = None) -> HardwareProfile:
+    """The hardware profile ``conf/hw/<name>.yaml``, validated, with `changes` set as the
+    overrides ``hw.<key>=<value>`` would; a `ProfileError` naming the closest profile when there
+    is none of that name. The one profile loader of ``vramkit plan`` (``--model`` and ``--hf``),
+    `plan` and `plan_hf`."""
     names = profile_names()
     if name not in names:
         near = closest(name, names)
@@ -73,8 +76,19 @@ def load_profile(name: str) -> HardwareProfile:
         raise ProfileError(
             f"hw={name}: no such hardware profile; {hint}profiles: {', '.join(names)}"
         )
-    path = CONF_DIR / "hw" / f"{name}.yaml"
-    return validate_profile(OmegaConf.load(path), ProfileSource(f"conf/hw/{name}.yaml", ()))
+    found = load_profile_file(CONF_DIR / "hw" / f"{name}.yaml", display_root=CONF_DIR.parent)
+    if not changes:
+        return found.profile
+    overrides = tuple(f"hw.{key}={value}" for key, value in changes.items())
+    return validate_profile(
+        OmegaConf.merge(found.raw, changes), ProfileSource(found.source.file, overrides)
+    )
+
+
+def hf_profile(name: str, common: FinetuneOptions) -> HardwareProfile:
+    """The profile `name` of a Hugging Face plan, with the precision `common` replaces (the
+    ``hw.precision`` override of `FinetuneOptions.common_overrides`)."""
+    return load_profile(name, {"precision": common.precision} if common.precision else None)
 
 
 @dataclass(frozen=True)
@@ -339,7 +353,6 @@ def plan_hf(
     """
     from vramkit.core.run.compose import compose_config, forget_composition
     from vramkit.core.run.plan_request_from_config import plan_request, task_batch_defaults
-    from vramkit.core.run.resolve_hardware import requested_profile
 
     options = None
     lora_options = (lora_r, lora_alpha, lora_targets, quant_type, double_quant, compute_dtype)
@@ -357,12 +370,11 @@ def plan_hf(
     common = FinetuneOptions(
         gradient_checkpointing=gradient_checkpointing, optimizer=optimizer, precision=precision
     ).check()
-    load_profile(hw)  # an unknown profile is refused before the model is built
+    profile = hf_profile(hw, common)  # a mistake there is refused before the model is built
     overrides = hf_overrides(name, hw=hw, task=task, seq_len=seq_len, finetune=options)
     overrides += common.common_overrides()
     try:
         cfg = compose_config("train", overrides)
-        profile = requested_profile(cfg, conf_dir=CONF_DIR, echo=False).profile
         sizes = requested_batch_sizes(
             profile, task_batch_defaults(cfg), train=batch_size, val=val_batch_size
         )
