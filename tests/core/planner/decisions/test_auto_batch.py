@@ -1,4 +1,4 @@
-"""`batch_size: auto` on a GPU profile: the planner's largest sizes, through resolve_hardware."""
+"""`batch_size: auto` on a GPU profile: the planner's largest sizes, through settle_profile."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`plan_inference_batch_size`: eval.py's batch from the inference phase alone, no training traces;
-and its hook in `resolve_hardware(plan_inference=True)`, which `evaluate(cfg)` calls."""
+and its hook in `settle_profile(plan_inference=True)`, which `evaluate(cfg)` calls."""
 
 from __future__ import annotations
 
