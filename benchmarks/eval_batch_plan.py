@@ -4,9 +4,9 @@ For each case of `CASES` (DBNet on the synthetic set, 100 validation images) thi
 eval batch the inference plan chooses, its planned peak and the profile's budget, the traces
 run, and the wall time of two calls, each in its own process:
 
-- ``inference``: `plan_inference_batch_size(cfg, profile, batch_size=None)`, what `eval.py`
-  runs for ``hw.val_batch_size: auto`` (the inference phase alone);
-- ``full``: `plan_task(cfg, profile, train_batch_size=None, val_batch_size=None,
+- ``inference``: `plan_inference_batch_size` of `plan_request(cfg, profile, batch_sizes=(1,
+  None))`, what `eval.py` runs for ``hw.val_batch_size: auto`` (the inference phase alone);
+- ``full``: `plan_task` of `plan_request(cfg, profile, batch_sizes=(None, None),
   with_remedies=False)`, train, validation inside fit and inference.
 
 ``cfg`` is `compose_config("eval", ["+hw=<profile>", "model=<model>",
@@ -83,6 +83,7 @@ def plan_once(case: Case, kind: str, data_dir: Path) -> dict:
     from vramkit.core.planner import plan_task
     from vramkit.core.planner.decisions.inference_plan import plan_inference_batch_size
     from vramkit.core.run.compose import compose_config
+    from vramkit.core.run.plan_request_from_config import plan_request
     from vramkit.core.units import GIB
 
     with tempfile.TemporaryDirectory() as output_dir:
@@ -90,12 +91,12 @@ def plan_once(case: Case, kind: str, data_dir: Path) -> dict:
     profile = load_profile(case.profile)
     started = time.perf_counter()
     if kind == "inference":
-        plan = plan_inference_batch_size(cfg, profile, batch_size=None)
+        plan = plan_inference_batch_size(plan_request(cfg, profile, batch_sizes=(1, None)))
         seconds = time.perf_counter() - started
         inference, traces, budget = plan.inference, plan.traces, plan.budget_bytes
     else:
         memory = plan_task(
-            cfg, profile, train_batch_size=None, val_batch_size=None, with_remedies=False
+            plan_request(cfg, profile, batch_sizes=(None, None), with_remedies=False)
         )
         seconds = time.perf_counter() - started
         inference, traces, budget = memory.inference, memory.traces, memory.budget_bytes

@@ -32,6 +32,7 @@ from vramkit.core.config.instantiate import instantiate
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner import plan_task
 from vramkit.core.run.compose import CONF_DIR, compose_config
+from vramkit.core.run.plan_request_from_config import plan_request
 from vramkit.core.run.resolve_hardware import requested_profile
 from vramkit.core.units import GIB
 
@@ -117,11 +118,7 @@ def run(batch_sizes: Sequence[int], overrides: Sequence[str]) -> dict[str, Any]:
     rows = []
     for batch_size in batch_sizes:
         plan = plan_task(
-            cfg,
-            profile,
-            train_batch_size=batch_size,
-            val_batch_size=batch_size,
-            with_remedies=False,
+            plan_request(cfg, profile, batch_sizes=(batch_size, batch_size), with_remedies=False)
         )
         train_peak, val_peak = measure(cfg, profile, batch_size)
         for phase, measured in (("train", train_peak), ("val", val_peak)):

@@ -46,6 +46,7 @@ from vramkit.core.planner.decisions.plan import PHASES, MemoryPlanner, PhasePlan
 from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
 from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.quantization.bitsandbytes_rules import bitsandbytes_rules_of
+from vramkit.core.run.plan_request_from_config import module_factory
 from vramkit.core.units import GIB
 
 NAME = "planner_field"
@@ -269,7 +270,7 @@ def _replay(case: dict[str, Any]) -> dict[str, Any]:
     run = case["run"]
     setup = run_setup(case)
     planner = MemoryPlanner(
-        model_config(case),
+        module_factory(model_config(case)),
         phase_samples(case),
         tied_loaded_twice=run.get("weights_loading") == FROM_PRETRAINED,
     )

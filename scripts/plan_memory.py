@@ -27,14 +27,14 @@ from vramkit.core.run.long_lived_imports import long_lived_imports
 
 with long_lived_imports(freeze=__name__ == "__main__"):
     from hydra.errors import HydraException
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from vramkit.core.hardware.profile import AUTO, HardwareProfile, ProfileError
+    from vramkit.core.hardware.profile import ProfileError
     from vramkit.core.planner import PlanningError, plan_json, plan_table, plan_task
-    from vramkit.core.planner.decisions.task_defaults import task_batch_default
     from vramkit.core.run.compose import CONF_DIR, compose_config
     from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
+    from vramkit.core.run.plan_request_from_config import plan_request
     from vramkit.core.run.resolve_hardware import requested_profile
     from vramkit.core.run.settle import settle, settled_config
 
@@ -56,20 +56,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     return parser.parse_known_args(argv)
 
 
-def _requested(value: int | str, cfg: DictConfig, profile: HardwareProfile, key: str) -> int | None:
-    if value != AUTO:
-        return int(value)
-    if profile.budget_gib is not None:
-        return None  # searched
-    default = task_batch_default(cfg, key)
-    if default is None:
-        raise ProfileError(
-            f"profile {profile.name} has no memory budget to search batch sizes and the task "
-            f"has no batch_size_defaults.{key}"
-        )
-    return default
-
-
 def main(argv: list[str] | None = None) -> int:
     """Print the plan; exit status 0 when it fits (or there is no budget), 1 when it does not."""
     args, overrides = parse_args(argv)
@@ -83,13 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             print(OmegaConf.to_yaml(settled_config(settlement), resolve=True), end="")
             return 0
         profile = requested_profile(cfg, conf_dir=CONF_DIR).profile
-        plan = plan_task(
-            cfg,
-            profile,
-            train_batch_size=_requested(profile.batch_size, cfg, profile, "train"),
-            val_batch_size=_requested(profile.val_batch_size, cfg, profile, "val"),
-            with_remedies=not args.no_remedies,
-        )
+        plan = plan_task(plan_request(cfg, profile, with_remedies=not args.no_remedies))
     except (
         ProfileError,
         PlanningError,

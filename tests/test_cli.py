@@ -21,6 +21,26 @@ def test_an_unknown_profile_names_the_closest(capsys):
     assert "hw=t44: no such hardware profile; did you mean t4?" in error
 
 
+@pytest.mark.parametrize(
+    "what", [["--model", "json:dumps", "--data", "json:loads"], ["--hf", "gpt2"]]
+)
+def test_both_forms_load_the_profile_the_same_way(capsys, what):
+    # One loader for --model and --hf: the same refusal, before any composing or planning.
+    status = main(["plan", "--hw", "rtx4090_laptp", *what])
+    error = capsys.readouterr().err
+    assert status == 2 and error.count("\n") == 1
+    assert "hw=rtx4090_laptp: no such hardware profile; did you mean rtx4090_laptop?" in error
+
+
+def test_a_hugging_face_plan_takes_the_precision_it_is_given():
+    from vramkit.api import hf_profile
+    from vramkit.finetune_options import FinetuneOptions
+
+    profile = hf_profile("rtx4090_laptop", FinetuneOptions(precision="bf16-true"))
+    assert profile.precision == "bf16-true"
+    assert hf_profile("rtx4090_laptop", FinetuneOptions()).precision == "bf16-mixed"
+
+
 def test_a_class_that_does_not_import_names_the_closest(capsys):
     status = main(["plan", "--hw", "t4", "--model", "json:dump", "--data", "json:JSONDecodr"])
     error = capsys.readouterr().err

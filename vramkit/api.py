@@ -27,19 +27,30 @@ from typing import Any
 
 import lightning as L
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from torch import nn
 
 from vramkit.core.config.source import closest
+from vramkit.core.hardware.detect import load_profile_file
 from vramkit.core.hardware.profile import (
-    AUTO,
     HardwareProfile,
     ProfileError,
     ProfileSource,
     validate_profile,
 )
-from vramkit.core.planner import MemoryPlan, PhasePlan, plan_json, plan_table, plan_task
+from vramkit.core.planner import (
+    MemoryPlan,
+    PhasePlan,
+    PlanRequest,
+    RunSetup,
+    plan_json,
+    plan_table,
+    plan_task,
+    requested_batch_sizes,
+)
+from vramkit.core.planner.request import ModelOverrides, ModuleFactory
 from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
+from vramkit.core.planner.tracing.sharding import sharding_of
 from vramkit.core.run.resolvers import CONF_DIR
 from vramkit.core.units import GIB
 from vramkit.finetune_options import FinetuneOptions
@@ -53,9 +64,11 @@ def profile_names() -> list[str]:
     return sorted(path.stem for path in (CONF_DIR / "hw").glob("*.yaml"))
 
 
-def load_profile(name: str) -> HardwareProfile:
-    """The hardware profile ``conf/hw/<name>.yaml``, validated; a `ProfileError` naming the
-    closest profile when there is none of that name."""
+def load_profile(name: str, changes: Mapping[str, Any] | None = None) -> HardwareProfile:
+    """The hardware profile ``conf/hw/<name>.yaml``, validated, with `changes` set as the
+    overrides ``hw.<key>=<value>`` would; a `ProfileError` naming the closest profile when there
+    is none of that name. The one profile loader of ``vramkit plan`` (``--model`` and ``--hf``),
+    `plan` and `plan_hf`."""
     names = profile_names()
     if name not in names:
         near = closest(name, names)
@@ -63,8 +76,19 @@ def load_profile(name: str) -> HardwareProfile:
         raise ProfileError(
             f"hw={name}: no such hardware profile; {hint}profiles: {', '.join(names)}"
         )
-    path = CONF_DIR / "hw" / f"{name}.yaml"
-    return validate_profile(OmegaConf.load(path), ProfileSource(f"conf/hw/{name}.yaml", ()))
+    found = load_profile_file(CONF_DIR / "hw" / f"{name}.yaml", display_root=CONF_DIR.parent)
+    if not changes:
+        return found.profile
+    overrides = tuple(f"hw.{key}={value}" for key, value in changes.items())
+    return validate_profile(
+        OmegaConf.merge(found.raw, changes), ProfileSource(found.source.file, overrides)
+    )
+
+
+def hf_profile(name: str, common: FinetuneOptions) -> HardwareProfile:
+    """The profile `name` of a Hugging Face plan, with the precision `common` replaces (the
+    ``hw.precision`` override of `FinetuneOptions.common_overrides`)."""
+    return load_profile(name, {"precision": common.precision} if common.precision else None)
 
 
 @dataclass(frozen=True)
@@ -164,16 +188,24 @@ def _meta_copy(module: nn.Module) -> nn.Module:
     return copy.deepcopy(module, memo)
 
 
-def _module_factory(module: ModuleSource) -> Callable[[], L.LightningModule]:
+def _module_factory(module: ModuleSource) -> ModuleFactory:
+    """The request's module factory for `module`. A plain module has no config keys for a
+    remedy to override: its request states no LoRA option (`ModelFacts.lora_defaults`), so the
+    planner asks for none."""
     if isinstance(module, nn.Module):
         instance = module
 
-        def copy_of_instance() -> L.LightningModule:
+        def copy_of_instance(overrides: ModelOverrides) -> L.LightningModule:
             return _meta_copy(instance)
 
         return copy_of_instance
     if callable(module):
-        return module
+        build = module
+
+        def built(overrides: ModelOverrides) -> L.LightningModule:
+            return build()
+
+        return built
     raise TypeError(
         "module must be a LightningModule or a function that builds one, "
         f"got {type(module).__name__}"
@@ -202,19 +234,6 @@ def _samples(data: Any) -> PhaseSamples:
     return PhaseSamples(train=sample, val=sample, train_size=None, val_size=None)
 
 
-def _batch_size(
-    given: int | str | None, profile_value: int | str, profile: HardwareProfile, key: str
-) -> int | None:
-    value = profile_value if given is None else given
-    if value != AUTO:
-        return int(value)
-    if profile.budget_gib is None:
-        raise ProfileError(
-            f"profile {profile.name} has no memory budget to search batch sizes; give {key}"
-        )
-    return None  # searched
-
-
 def plan(
     module: ModuleSource,
     data: Any,
@@ -233,21 +252,20 @@ def plan(
     is copied without its weights; the instance itself is not changed.
     """
     profile = load_profile(hw) if isinstance(hw, str) else hw
-    train_size = _batch_size(batch_size, profile.batch_size, profile, "batch_size")
-    val_size = _batch_size(val_batch_size, profile.val_batch_size, profile, "val_batch_size")
-    model_cfg = OmegaConf.create(
-        {"_target_": _module_factory(module)}, flags={"allow_objects": True}
-    )
-    cfg: DictConfig = OmegaConf.create({"model": model_cfg}, flags={"allow_objects": True})
-    memory_plan = plan_task(
-        cfg,
-        profile,
+    train_size, val_size = requested_batch_sizes(profile, train=batch_size, val=val_batch_size)
+    factory = _module_factory(module)
+    samples = _samples(data)
+    request = PlanRequest(
+        module=factory,
+        data=lambda: samples,
+        profile=profile,
+        # Lightning's own trainer: no strategy given, "auto" on the profile's processes.
+        setup=RunSetup.from_profile(profile).replace(sharding=sharding_of({}, profile.world_size)),
         train_batch_size=train_size,
         val_batch_size=val_size,
         with_remedies=remedies,
-        samples=_samples(data),
     )
-    return Plan.of(memory_plan)
+    return Plan.of(plan_task(request))
 
 
 HF_TASKS = {  # task: the model config of conf/model and the data config it pairs with
@@ -334,7 +352,7 @@ def plan_hf(
     `ValueError` naming the option and the closest valid value.
     """
     from vramkit.core.run.compose import compose_config, forget_composition
-    from vramkit.core.run.resolve_hardware import requested_profile
+    from vramkit.core.run.plan_request_from_config import plan_request, task_batch_defaults
 
     options = None
     lora_options = (lora_r, lora_alpha, lora_targets, quant_type, double_quant, compute_dtype)
@@ -352,18 +370,16 @@ def plan_hf(
     common = FinetuneOptions(
         gradient_checkpointing=gradient_checkpointing, optimizer=optimizer, precision=precision
     ).check()
-    load_profile(hw)  # an unknown profile is refused before the model is built
+    profile = hf_profile(hw, common)  # a mistake there is refused before the model is built
     overrides = hf_overrides(name, hw=hw, task=task, seq_len=seq_len, finetune=options)
     overrides += common.common_overrides()
     try:
         cfg = compose_config("train", overrides)
-        profile = requested_profile(cfg, conf_dir=CONF_DIR).profile
+        sizes = requested_batch_sizes(
+            profile, task_batch_defaults(cfg), train=batch_size, val=val_batch_size
+        )
         memory_plan = plan_task(
-            cfg,
-            profile,
-            train_batch_size=batch_size,
-            val_batch_size=val_batch_size,
-            with_remedies=remedies,
+            plan_request(cfg, profile, batch_sizes=sizes, with_remedies=remedies)
         )
     finally:
         forget_composition()  # a later composition must not see this plan's Hydra settings

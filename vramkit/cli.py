@@ -185,12 +185,15 @@ def _finetune_options(args: argparse.Namespace):
 
 
 def _hf_plan(args: argparse.Namespace):
-    from vramkit.api import Plan, hf_overrides
+    from vramkit.api import Plan, hf_overrides, hf_profile
     from vramkit.core.config.instantiate import instantiate
-    from vramkit.core.planner import plan_task
-    from vramkit.core.planner.decisions.task_plan import planning_config
-    from vramkit.core.run.compose import CONF_DIR, compose_config
-    from vramkit.core.run.resolve_hardware import requested_profile
+    from vramkit.core.planner import plan_task, requested_batch_sizes
+    from vramkit.core.run.compose import compose_config
+    from vramkit.core.run.plan_request_from_config import (
+        plan_request,
+        planning_config,
+        task_batch_defaults,
+    )
 
     options, common = _finetune_options(args)
     _check_hf_name(args.hf)
@@ -200,14 +203,13 @@ def _hf_plan(args: argparse.Namespace):
         )
     except ValueError as error:
         raise UsageError(str(error)) from None
+    profile = hf_profile(args.hw, common)  # the one loader of --model and --hf
     cfg = compose_config("train", overrides + common.common_overrides())
-    profile = requested_profile(cfg, conf_dir=CONF_DIR).profile
+    sizes = requested_batch_sizes(
+        profile, task_batch_defaults(cfg), train=args.batch_size, val=args.val_batch_size
+    )
     memory_plan = plan_task(
-        cfg,
-        profile,
-        train_batch_size=args.batch_size,
-        val_batch_size=args.val_batch_size,
-        with_remedies=not args.no_remedies,
+        plan_request(cfg, profile, batch_sizes=sizes, with_remedies=not args.no_remedies)
     )
     planning = planning_config(cfg, profile)
     return Plan.of(memory_plan), lambda: instantiate(planning.model), instantiate(planning.data)

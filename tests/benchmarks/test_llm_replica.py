@@ -24,6 +24,7 @@ from vramkit.core.planner.decisions.report import bitsandbytes_lines, llm_allowa
 from vramkit.core.planner.decisions.task_plan import MemoryPlan
 from vramkit.core.planner.tracing.recorder import OPTIMIZER_STATE
 from vramkit.core.quantization.bitsandbytes_rules import bitsandbytes_rules_of
+from vramkit.core.run.plan_request_from_config import module_factory
 from vramkit.core.units import GIB
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -69,7 +70,9 @@ TINY = {
 
 
 def _plan(case: dict, batch_size: int = 2):
-    planner = MemoryPlanner(planner_field.model_config(case), planner_field.phase_samples(case))
+    planner = MemoryPlanner(
+        module_factory(planner_field.model_config(case)), planner_field.phase_samples(case)
+    )
     return planner.measure("train", batch_size, planner_field.run_setup(case))
 
 
@@ -125,7 +128,9 @@ def test_the_host_plan_counts_a_paged_optimizer_s_states():
     case = _with(model__llm__lora=None, model__llm__quantization=None)
     case["model"]["llm"]["kbit_preparation"] = False
     case["run"]["optimizer_layout"] = "paged_adamw_8bit"
-    planner = MemoryPlanner(planner_field.model_config(case), planner_field.phase_samples(case))
+    planner = MemoryPlanner(
+        module_factory(planner_field.model_config(case)), planner_field.phase_samples(case)
+    )
     setup = planner_field.run_setup(case)
     host = HostPlanner(planner, setup, LoaderSettings(num_workers=0), baseline=0)
     traced = planner.measure("train", 2, setup)

@@ -6,9 +6,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
-from vramkit.core.planner.decisions.task_plan import run_sharding
 from vramkit.core.planner.tracing.sharding import DDP, FSDP, SINGLE, ZERO2, ZERO2_OFFLOAD, ZERO3
 from vramkit.core.run.compose import compose_config
+from vramkit.core.run.plan_request_from_config import run_sharding
 from vramkit.core.run.resolvers import register_resolvers
 
 STRATEGIES = {

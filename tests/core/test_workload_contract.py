@@ -12,6 +12,7 @@ from omegaconf import OmegaConf, open_dict
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner import plan_task
+from vramkit.core.run.plan_request_from_config import plan_request
 from vramkit.core.run.resolve_hardware import requested_profile
 from vramkit.core.run.train import train
 from vramkit.core.workload import GUIDE, check_workload
@@ -46,7 +47,7 @@ def test_the_minimal_workload_is_planned_for_a_gpu(compose_config):
     t4: HardwareProfile = requested_profile(
         compose_config(*MINIMAL[:2], "+hw=t4"), conf_dir=Path(cfg.paths.conf_dir)
     ).profile
-    plan = plan_task(cfg, t4, train_batch_size=4, val_batch_size=8)
+    plan = plan_task(plan_request(cfg, t4, batch_sizes=(4, 8)))
     assert plan.fits
     assert (plan.train.batch_size, plan.val.batch_size) == (4, 8)
     assert 0 < plan.train.peak < plan.budget_bytes

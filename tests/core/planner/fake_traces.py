@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from vramkit.core.config.instantiate import instantiate
 from vramkit.core.planner.cuda.cuda_rules import DeviceRules
 from vramkit.core.planner.shortcuts.output_memo import OutputMemo
 from vramkit.core.planner.tracing import fake_trace
@@ -73,7 +74,7 @@ def traced_padded_encoder(
             **net,
         }
     )
-    module = build_module(model, setup, fake_mode)
+    module = build_module(lambda: instantiate(model), setup, fake_mode)
     one = {
         "tokens": torch.randn(1, length, width),
         "padding": torch.zeros(1, length, dtype=torch.bool),

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omegaconf import OmegaConf
-
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.cuda.optimizer_layouts import ADAMW_8BIT, CONFIGURED, ZERO2_OFFLOAD
 from vramkit.core.planner.decisions.plan import TRAIN, PhasePlan, largest_fitting
 from vramkit.core.planner.decisions.remedies import Change
+from vramkit.core.planner.request import ModelFacts
 from vramkit.core.planner.tracing.recorder import (
     ACTIVATIONS,
     GRADIENTS,
@@ -49,9 +48,7 @@ class FormulaPlanner:
     def __init__(self, parameters_gib: float = 1.0, per_sample_gib: float = 1.0) -> None:
         self.parameters = parameters_gib
         self.per_sample = per_sample_gib
-        self.model_cfg = OmegaConf.create(
-            {"optimizer": {"_target_": "torch.optim.AdamW"}, "gradient_checkpointing": False}
-        )
+        self.model = ModelFacts(optimizer="AdamW", adam=True, gradient_checkpointing=False)
         self.bitsandbytes_optimizer = None
         self.traces = 0
 

@@ -44,8 +44,10 @@ needs_bitsandbytes = pytest.mark.skipif(
 TINY_BUDGET = 668_000_000
 
 
-def formula_plan(cfg, profile, *, train_batch_size, val_batch_size, with_remedies):
+def formula_plan(request):
     """plan_task's stand-in: the formula planner at the requested sizes (1 for a search)."""
+    profile = request.profile
+    train_batch_size, val_batch_size = request.train_batch_size, request.val_batch_size
     planner = FormulaPlanner(per_sample_gib=6.0)
     setup = LoraSetup(precision=profile.precision, device=None)
     budget = int(profile.budget_gib * GIB)

@@ -50,11 +50,12 @@ def per_sample(monkeypatch):
     sample = {"x": torch.zeros(1, 4)}
     planner = _StepPerSample(PhaseSamples(sample, sample, train_size=100, val_size=100))
 
-    def plan_task(cfg, profile, *, train_batch_size, val_batch_size, with_remedies):
+    def plan_task(request):
         return SimpleNamespace(
             planner=planner, setup=RunSetup("32-true", None), train_limit=100, val_limit=100
         )
 
+    monkeypatch.setattr(fit_module, "plan_request", lambda cfg, profile, **_: None)
     monkeypatch.setattr(fit_module, "plan_task", plan_task)
     monkeypatch.setattr(fit_module, "process_baseline", lambda: BASELINE)
 

@@ -18,6 +18,7 @@ from vramkit.core.planner.tracing.recorder import (
     PARAMETERS,
 )
 from vramkit.core.quantization.planned_linear import PlannedQuantizedLinear
+from vramkit.core.run.plan_request_from_config import plan_request
 from vramkit.core.run.resolve_hardware import requested_profile
 
 TINY = ("task=text_classification", "model=tiny_classifier", "data.max_length=16")
@@ -29,7 +30,7 @@ def _bytes(tensors) -> int:
 
 def _plan(cfg):
     profile = requested_profile(cfg, conf_dir=cfg.paths.conf_dir).profile
-    return plan_task(cfg, profile, train_batch_size=2, val_batch_size=2, with_remedies=False)
+    return plan_task(plan_request(cfg, profile, batch_sizes=(2, 2), with_remedies=False))
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
@@ -142,7 +143,7 @@ def test_the_lora_step_traced_on_fake_tensors_allocates_what_a_real_cpu_step_doe
         real = trace_training(module, build_optimizer(module, setup), batch, recorder, semantics)
 
     fake_mode = FakeTensorMode()
-    fake_module = build_module(model_cfg, setup, fake_mode)
+    fake_module = build_module(lambda: instantiate(model_cfg), setup, fake_mode)
     one = {key: value[:1].clone() for key, value in batch.items()}
     with cuda_semantics(setup) as (semantics, _), fake_mode:
         fake_batch = grow_batch(one, 4)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from vramkit.core.hardware.profile import AUTO, HardwareProfile, ProfileSource
+from vramkit.core.hardware.profile import HardwareProfile, ProfileSource
 from vramkit.core.units import GIB
 
 
@@ -32,12 +32,13 @@ def settle_eval_batch(
     # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
     from vramkit.core.planner import DoesNotFitError, PlanningError
     from vramkit.core.planner.decisions.inference_plan import plan_inference_batch_size
+    from vramkit.core.planner.request import requested_batch_sizes
+    from vramkit.core.run.plan_request_from_config import plan_request
 
-    searched = profile.val_batch_size == AUTO
+    _, val = requested_batch_sizes(profile, train=1)  # evaluation plans no training batch
+    searched = val is None
     try:
-        plan = plan_inference_batch_size(
-            cfg, profile, batch_size=None if searched else int(profile.val_batch_size)
-        )
+        plan = plan_inference_batch_size(plan_request(cfg, profile, batch_sizes=(1, val)))
     except PlanningError as error:
         fallback = "'auto' takes the task's stated default" if searched else "it is not checked"
         return profile, (f"memory planner unavailable ({error}); the eval batch size {fallback}",)

@@ -13,6 +13,7 @@ without it. Nothing here prints or writes: the run does, once it has decided
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from vramkit.core.hardware.profile import AUTO, HardwareProfile
+from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.core.planner.decisions.auto_fit import FitDecision, choose_fit
 from vramkit.core.planner.decisions.host_memory import (
@@ -37,8 +38,9 @@ from vramkit.core.planner.decisions.host_memory import (
 )
 from vramkit.core.planner.decisions.plan import TRAIN, VAL
 from vramkit.core.planner.decisions.remedies import propose_remedies
-from vramkit.core.planner.decisions.task_plan import MemoryPlan, plan_task, run_sharding
+from vramkit.core.planner.decisions.task_plan import MemoryPlan, plan_task
 from vramkit.core.planner.errors import DoesNotFitError
+from vramkit.core.run.plan_request_from_config import plan_request, run_sharding
 from vramkit.core.units import GIB
 
 FIT_DECISION = "fit_decision.json"
@@ -92,15 +94,13 @@ def plan_within_budget(
     `typed` writes an override as the user appends it. Raises `DoesNotFitError` (not on a
     rehearsal) when the run must be refused, and `PlanningError` when it cannot be planned.
     """
-    train_request = profile.batch_size if profile.batch_size != AUTO else None
-    val_request = profile.val_batch_size if profile.val_batch_size != AUTO else None
-    plan = plan_task(
-        cfg,
-        profile,
-        train_batch_size=train_request or (1 if rehearsal else None),
-        val_batch_size=val_request or (1 if rehearsal else None),
-        with_remedies=False,
-    )
+    request = plan_request(cfg, profile, with_remedies=False)
+    train_request, val_request = request.train_batch_size, request.val_batch_size
+    if rehearsal:
+        request = dataclasses.replace(
+            request, train_batch_size=train_request or 1, val_batch_size=val_request or 1
+        )
+    plan = plan_task(request)
     if plan.fits:
         line = (
             f"on {profile.label} the run fits: train {plan.train.peak_gib:.2f} / val "
@@ -234,11 +234,9 @@ def size_for_host_memory(
     """
     started = time.perf_counter()
     plan = plan_task(
-        cfg,
-        profile,
-        train_batch_size=train_batch_size,
-        val_batch_size=val_batch_size,
-        with_remedies=False,
+        plan_request(
+            cfg, profile, batch_sizes=(train_batch_size, val_batch_size), with_remedies=False
+        )
     )
     host = HostPlanner(
         plan.planner,

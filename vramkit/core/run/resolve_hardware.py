@@ -416,9 +416,11 @@ def _planned_batch_sizes(
         return profile, (), None
     # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
     from vramkit.core.planner import DoesNotFitError, PlanningError, resolve_auto_batch_sizes
+    from vramkit.core.run.plan_request_from_config import plan_request
 
     try:
-        sizes = resolve_auto_batch_sizes(cfg, profile, plan)
+        request = plan_request(cfg, profile, with_remedies=False)
+        sizes = resolve_auto_batch_sizes(request, plan)
     except DoesNotFitError:
         raise
     except PlanningError as error:

@@ -15,6 +15,7 @@ import torch
 from omegaconf import OmegaConf
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from vramkit.core.config.instantiate import instantiate
 from vramkit.core.planner.cuda.cuda_rules import DeviceRules, round_allocation
 from vramkit.core.planner.cuda.op_rules import convolution_workspace_bytes
 from vramkit.core.planner.decisions.plan import TRAIN, VAL, MemoryPlanner
@@ -41,7 +42,7 @@ def _trace(target, trace, image, batch_size, precision="32-true"):
             "optimizer": {"_target_": "torch.optim.AdamW", "_partial_": True},
         }
     )
-    module = build_module(config, setup, fake_mode)
+    module = build_module(lambda: instantiate(config), setup, fake_mode)
     with cuda_semantics(setup) as (semantics, _), fake_mode:
         batch = {
             "image": torch.randn(batch_size, *image),

@@ -1,4 +1,4 @@
-"""`batch_size: auto` on a GPU profile: the planner's largest sizes, through resolve_hardware."""
+"""`batch_size: auto` on a GPU profile: the planner's largest sizes, through settle_profile."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import TRAIN, VAL, plan_task, resolve_auto_batch_sizes
+from vramkit.core.run.plan_request_from_config import plan_request
 from vramkit.core.run.resolve_hardware import settle_profile
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"
@@ -45,7 +46,7 @@ def small_t4_plan():
     hw = t4_values(memory_gib=SMALL_T4_GIB)
     profile = validate_profile(hw, ProfileSource("conf/hw/t4.yaml"))
     cfg = task_config(CONV_MODEL, IMAGE_DATA, hw, defaults=(4096, 64))
-    return cfg, profile, plan_task(cfg, profile, train_batch_size=None, val_batch_size=None)
+    return cfg, profile, plan_task(plan_request(cfg, profile, batch_sizes=(None, None)))
 
 
 def test_auto_sizes_are_the_largest_under_the_budget(small_t4_plan):
@@ -61,7 +62,7 @@ def test_auto_sizes_are_the_largest_under_the_budget(small_t4_plan):
 
 def test_a_micro_batch_with_accumulation_keeps_the_effective_batch(small_t4_plan, caplog):
     cfg, profile, plan = small_t4_plan
-    sizes = resolve_auto_batch_sizes(cfg, profile)
+    sizes = resolve_auto_batch_sizes(plan_request(cfg, profile))
     train, val, accumulate, lines = sizes.train, sizes.val, sizes.accumulate, sizes.lines
     assert train <= plan.train.batch_size
     assert train * accumulate == 4096  # batch_size_defaults.train
@@ -77,7 +78,7 @@ def test_a_global_target_batch_is_shared_by_every_process(small_t4_plan):
         t4_values(memory_gib=SMALL_T4_GIB, devices=2, num_nodes=2, target_effective_batch=4096),
         ProfileSource("conf/hw/t4.yaml"),
     )
-    sizes = resolve_auto_batch_sizes(cfg, four)  # planned per device (DDP)
+    sizes = resolve_auto_batch_sizes(plan_request(cfg, four))  # planned per device (DDP)
     train, accumulate, lines = sizes.train, sizes.accumulate, sizes.lines
     assert train * accumulate == 1024  # per device: 4096 over 2 devices × 2 nodes
     assert any("(hw.target_effective_batch / 4 processes)" in line for line in lines)

@@ -1,5 +1,5 @@
 """`plan_inference_batch_size`: eval.py's batch from the inference phase alone, no training traces;
-and its hook in `resolve_hardware(plan_inference=True)`, which `evaluate(cfg)` calls."""
+and its hook in `settle_profile(plan_inference=True)`, which `evaluate(cfg)` calls."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from vramkit.core.planner import DoesNotFitError, MemoryPlanner, plan_task
 from vramkit.core.planner.decisions.inference_plan import plan_inference_batch_size
 from vramkit.core.planner.decisions.plan import INFERENCE
 from vramkit.core.planner.tracing.recorder import GRADIENTS, OPTIMIZER_STATE
+from vramkit.core.run.plan_request_from_config import plan_request
 from vramkit.core.run.resolve_hardware import settle_profile
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"
@@ -58,11 +59,11 @@ def test_auto_takes_the_full_plans_inference_batch_without_training_traces(
     small_t4, measured_phases
 ):
     cfg, profile = small_t4
-    plan = plan_inference_batch_size(cfg, profile, batch_size=None)
+    plan = plan_inference_batch_size(plan_request(cfg, profile, batch_sizes=(1, None)))
     assert set(measured_phases) == {INFERENCE}
     assert plan.fits and plan.requested is None and plan.largest == plan.inference.batch_size
     assert plan.inference.allocated[GRADIENTS] == plan.inference.allocated[OPTIMIZER_STATE] == 0
-    full = plan_task(cfg, profile, train_batch_size=None, val_batch_size=None, with_remedies=False)
+    full = plan_task(plan_request(cfg, profile, batch_sizes=(None, None), with_remedies=False))
     assert plan.inference.batch_size == full.inference.batch_size > 1
     assert plan.inference.peak == full.inference.peak
     one_more = full.planner.measure(INFERENCE, plan.inference.batch_size + 1, full.setup)
@@ -74,15 +75,17 @@ def test_auto_takes_the_full_plans_inference_batch_without_training_traces(
 
 def test_a_set_batch_that_fits_is_traced_once_and_kept(small_t4):
     cfg, profile = small_t4
-    plan = plan_inference_batch_size(cfg, profile, batch_size=8)
+    plan = plan_inference_batch_size(plan_request(cfg, profile, batch_sizes=(1, 8)))
     assert (plan.inference.batch_size, plan.traces, plan.largest) == (8, 1, None)
     assert plan.fits and "eval batch 8 (as set)" in plan.line()
 
 
 def test_a_set_batch_over_the_budget_finds_the_largest_that_fits(small_t4):
     cfg, profile = small_t4
-    largest = plan_inference_batch_size(cfg, profile, batch_size=None).inference.batch_size
-    plan = plan_inference_batch_size(cfg, profile, batch_size=4 * largest)
+    largest = plan_inference_batch_size(
+        plan_request(cfg, profile, batch_sizes=(1, None))
+    ).inference.batch_size
+    plan = plan_inference_batch_size(plan_request(cfg, profile, batch_sizes=(1, 4 * largest)))
     assert not plan.fits and plan.inference.batch_size == 4 * largest
     assert plan.largest == largest
 
@@ -90,7 +93,7 @@ def test_a_set_batch_over_the_budget_finds_the_largest_that_fits(small_t4):
 def test_a_validation_set_that_fits_whole_settles_in_one_trace(small_t4):
     cfg, profile = small_t4
     cfg.data.val_length = 12
-    plan = plan_inference_batch_size(cfg, profile, batch_size=None)
+    plan = plan_inference_batch_size(plan_request(cfg, profile, batch_sizes=(1, None)))
     assert (plan.inference.batch_size, plan.traces) == (12, 1)
     assert "eval batch 12 (all 12 samples)" in plan.line()
 
@@ -98,7 +101,7 @@ def test_a_validation_set_that_fits_whole_settles_in_one_trace(small_t4):
 def test_a_set_batch_larger_than_the_validation_set_is_planned_at_the_sets_size(small_t4):
     cfg, profile = small_t4
     cfg.data.val_length = 12
-    plan = plan_inference_batch_size(cfg, profile, batch_size=10_000)
+    plan = plan_inference_batch_size(plan_request(cfg, profile, batch_sizes=(1, 10_000)))
     assert (plan.inference.batch_size, plan.requested, plan.traces) == (12, 10_000, 1)
     assert plan.fits and "eval batch 10000 (as set; a batch holds all 12 samples)" in plan.line()
 
@@ -106,7 +109,7 @@ def test_a_set_batch_larger_than_the_validation_set_is_planned_at_the_sets_size(
 def test_a_profile_without_a_budget_plans_nothing(small_t4):
     cfg, _ = small_t4
     with pytest.raises(ValueError, match="no memory budget"):
-        plan_inference_batch_size(cfg, _profile("cpu"), batch_size=None)
+        plan_inference_batch_size(plan_request(cfg, _profile("cpu"), batch_sizes=(1, None)))
 
 
 @pytest.fixture
@@ -138,7 +141,9 @@ def test_eval_auto_takes_the_inference_plans_batch_in_one_line(eval_config):
     cfg = eval_config()
     settled = _eval_settled(cfg)
     profile = settled.profile
-    largest = plan_inference_batch_size(cfg, profile, batch_size=None).inference.batch_size
+    largest = plan_inference_batch_size(
+        plan_request(cfg, profile, batch_sizes=(1, None))
+    ).inference.batch_size
     cfg.hw = profile.model_dump()  # what the run's composition gives its hw node
     assert profile.val_batch_size == cfg.data.val_batch_size == largest > DEFAULTS[1]
     assert profile.batch_size == DEFAULTS[0]  # evaluation never trains: no training plan

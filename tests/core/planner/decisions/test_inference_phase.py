@@ -19,6 +19,7 @@ from vramkit.core.planner.tracing.recorder import (
     PARAMETERS,
 )
 from vramkit.core.planner.tracing.run_setup import RunSetup
+from vramkit.core.run.plan_request_from_config import module_factory
 
 T4 = DeviceRules(capability=(7, 5), flash_attention=False, mem_efficient_attention=True)
 BATCH, LENGTH, WIDTH, HEADS = 4, 256, 32, 4
@@ -28,7 +29,7 @@ ADAMW = {"_target_": "torch.optim.AdamW", "_partial_": True}
 
 def _planner(target: str, sample: dict, **model) -> MemoryPlanner:
     config = OmegaConf.create({"_target_": target, "optimizer": ADAMW, **model})
-    return MemoryPlanner(config, PhaseSamples(sample, sample, None, None))
+    return MemoryPlanner(module_factory(config), PhaseSamples(sample, sample, None, None))
 
 
 def _encoder() -> MemoryPlanner:

@@ -13,6 +13,7 @@ from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import plan_task
 from vramkit.core.planner.cuda.cuda_rules import round_allocation
 from vramkit.core.planner.decisions.remedies import propose_remedies
+from vramkit.core.run.plan_request_from_config import plan_request
 
 pytest.importorskip("transformers")
 
@@ -60,7 +61,7 @@ def tiny_phi_plan():
     hw = profile_values("t4")
     profile = validate_profile(hw, ProfileSource("t4"))
     cfg = phi_config(TINY_PHI, 32, hw)
-    return profile, plan_task(cfg, profile, train_batch_size=2, val_batch_size=2)
+    return profile, plan_task(plan_request(cfg, profile, batch_sizes=(2, 2)))
 
 
 def test_a_tiny_phi_plans_its_weights_states_and_attention_kernel(tiny_phi_plan):
@@ -83,7 +84,7 @@ def test_a_phi_over_its_budget_gets_remedies_that_fit():
     profile = validate_profile(hw, ProfileSource("t4"))
     # Activations of tens of MiB: a remedy's saving must outgrow the allocator's 2 / 20 MiB
     # segments, which a step of a few MiB never leaves (its reserve is segment-bound).
-    plan = plan_task(phi_config(TINY_PHI, 256, hw), profile, train_batch_size=16, val_batch_size=2)
+    plan = plan_task(plan_request(phi_config(TINY_PHI, 256, hw), profile, batch_sizes=(16, 2)))
     budget = plan.train.peak - 2**20  # just below what the run as configured needs
     remedies = propose_remedies(plan.planner, profile, plan.setup, plan.train, plan.val, budget)
     fitting = {remedy.name for remedy in remedies if remedy.fits}
@@ -96,11 +97,12 @@ def test_a_phi_over_its_budget_gets_remedies_that_fit():
 def test_phi_15_with_adamw_does_not_fit_a_16_gb_laptop_gpu():
     hw = profile_values("rtx4090_laptop")
     plan = plan_task(
-        phi_config(PHI_15, 256, hw),
-        validate_profile(hw, ProfileSource("rtx4090_laptop")),
-        train_batch_size=8,
-        val_batch_size=8,
-        with_remedies=False,
+        plan_request(
+            phi_config(PHI_15, 256, hw),
+            validate_profile(hw, ProfileSource("rtx4090_laptop")),
+            batch_sizes=(8, 8),
+            with_remedies=False,
+        )
     )
     numel = parameter_count(PHI_15)
     assert 1.2e9 < numel < 1.5e9

@@ -13,6 +13,7 @@ from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import TRAIN, plan_json, plan_table, plan_task
 from vramkit.core.planner.decisions.auto_fit import choose_fit
 from vramkit.core.planner.decisions.plan import MemoryPlanner
+from vramkit.core.run.plan_request_from_config import plan_request
 from vramkit.core.units import GIB
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"
@@ -24,18 +25,19 @@ def over_budget_plan():
     """A T4 profile whose budget fits the tiny model at micro-batch 256 but not at 1024."""
     hw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hw" / "t4.yaml"))
     probe = plan_task(
-        task_config(CONV_MODEL, IMAGE_DATA, hw),
-        validate_profile(hw, ProfileSource("t4")),
-        train_batch_size=256,
-        val_batch_size=REQUESTED[1],
-        with_remedies=False,
+        plan_request(
+            task_config(CONV_MODEL, IMAGE_DATA, hw),
+            validate_profile(hw, ProfileSource("t4")),
+            batch_sizes=(256, REQUESTED[1]),
+            with_remedies=False,
+        )
     )
     accumulating = probe.setup.replace(accumulate_grad_batches=4)
     needed = probe.planner.measure(TRAIN, 256, accumulating).peak
     hw["memory_gib"] = (needed + 2**20) / GIB / hw["memory_budget_fraction"]
     profile = validate_profile(hw, ProfileSource("t4"))
     cfg = task_config(CONV_MODEL, IMAGE_DATA, hw)
-    return plan_task(cfg, profile, train_batch_size=REQUESTED[0], val_batch_size=REQUESTED[1])
+    return plan_task(plan_request(cfg, profile, batch_sizes=(REQUESTED[0], REQUESTED[1])))
 
 
 def test_a_plan_over_budget_offers_remedies_that_were_traced(over_budget_plan):
@@ -98,18 +100,19 @@ def optimizer_step_peak():
         return cfg
 
     probe = plan_task(
-        config(hw),
-        validate_profile(hw, ProfileSource("t4")),
-        train_batch_size=1,
-        val_batch_size=1,
-        with_remedies=False,
+        plan_request(
+            config(hw),
+            validate_profile(hw, ProfileSource("t4")),
+            batch_sizes=(1, 1),
+            with_remedies=False,
+        )
     )
     hw["memory_gib"] = probe.train.peak / 2 / GIB / hw["memory_budget_fraction"]
     return config(hw), validate_profile(hw, ProfileSource("t4"))
 
 
 def _remedies(cfg, profile):
-    plan = plan_task(cfg, profile, train_batch_size=1, val_batch_size=1)
+    plan = plan_task(plan_request(cfg, profile, batch_sizes=(1, 1)))
     return plan, {remedy.name: remedy for remedy in plan.remedies}
 
 
@@ -145,7 +148,7 @@ def test_saving_less_for_backward_is_not_traced_where_the_optimizer_step_is_the_
 
 def test_the_automatic_fit_takes_the_same_bound_and_says_so(optimizer_step_peak):
     cfg, profile = optimizer_step_peak
-    plan = plan_task(cfg, profile, train_batch_size=1, val_batch_size=1, with_remedies=False)
+    plan = plan_task(plan_request(cfg, profile, batch_sizes=(1, 1), with_remedies=False))
     decision = choose_fit(
         plan.planner,
         profile,

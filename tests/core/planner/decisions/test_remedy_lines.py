@@ -12,6 +12,7 @@ from vramkit.core.planner.decisions.remedies import candidate_changes, combined
 from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.planner.tracing.sharding import DDP, Sharding
 from vramkit.core.run.compose import CONF_DIR, compose_config
+from vramkit.core.run.plan_request_from_config import model_facts
 from vramkit.core.run.resolvers import register_resolvers
 
 # docs/planner.md's worked example: Phi-1.5 as a classifier on a 16 GB laptop GPU.
@@ -24,7 +25,10 @@ def _example_changes(tmp_path):
     profile = types.SimpleNamespace(bf16=True)  # the laptop GPU has bf16 (conf/hw/rtx4090_laptop)
     # Two GPUs under DDP: the "ZeRO-2 across 2 GPUs" line too.
     setup = RunSetup(precision="16-mixed", device=None, devices=2, sharding=Sharding(DDP, 2))
-    planner = types.SimpleNamespace(model_cfg=cfg.model, bitsandbytes_optimizer=None)
+    model = model_facts(cfg, cfg.model)
+    planner = types.SimpleNamespace(
+        model=model, bitsandbytes_optimizer=model.bitsandbytes_optimizer
+    )
     singles = candidate_changes(profile, setup, planner)
     pairs = [
         pair

@@ -10,6 +10,7 @@ from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import plan_json, plan_table, plan_task
 from vramkit.core.planner.cuda.op_rules import CUDNN_ESTIMATE_BAND
+from vramkit.core.run.plan_request_from_config import plan_request
 from vramkit.core.units import GIB
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"
@@ -19,7 +20,7 @@ def test_the_plan_calls_the_workspace_figure_an_estimate_and_budgets_it():
     hw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hw" / "t4.yaml"))
     cfg = task_config(CONV_MODEL, IMAGE_DATA, hw)
     plan = plan_task(
-        cfg, validate_profile(hw, ProfileSource("t4")), train_batch_size=8, val_batch_size=8
+        plan_request(cfg, validate_profile(hw, ProfileSource("t4")), batch_sizes=(8, 8))
     )
     data, table = plan_json(plan), plan_table(plan)
     for name in ("train", "val"):

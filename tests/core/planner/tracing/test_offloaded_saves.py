@@ -10,6 +10,7 @@ from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import TRAIN, VAL, plan_task
 from vramkit.core.planner.tracing.recorder import ACTIVATIONS, PARAMETERS
+from vramkit.core.run.plan_request_from_config import plan_request
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"
 
@@ -23,7 +24,7 @@ def _t4_config(offload: bool):
 
 def test_offloaded_saves_leave_the_device_and_validation_is_unchanged():
     cfg, profile = _t4_config(offload=False)
-    plan = plan_task(cfg, profile, train_batch_size=64, val_batch_size=64, with_remedies=False)
+    plan = plan_task(plan_request(cfg, profile, batch_sizes=(64, 64), with_remedies=False))
     assert plan.setup.activation_offload is False
     offloaded = plan.setup.replace(activation_offload=True)
     train = plan.planner.measure(TRAIN, 64, offloaded)
@@ -34,5 +35,5 @@ def test_offloaded_saves_leave_the_device_and_validation_is_unchanged():
 
 def test_the_plan_reads_the_offload_switch_from_the_callbacks_config():
     cfg, profile = _t4_config(offload=True)
-    plan = plan_task(cfg, profile, train_batch_size=8, val_batch_size=8, with_remedies=False)
+    plan = plan_task(plan_request(cfg, profile, batch_sizes=(8, 8), with_remedies=False))
     assert plan.setup.activation_offload is True

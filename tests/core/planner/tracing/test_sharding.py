@@ -32,6 +32,7 @@ from vramkit.core.planner.tracing.sharding import (
     shard_allocated,
     sharding_of,
 )
+from vramkit.core.run.plan_request_from_config import plan_request
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"
 N = 4
@@ -156,7 +157,7 @@ def _plan(trainer: dict, devices: int):
     cfg = task_config(CONV_MODEL, IMAGE_DATA, hw)
     cfg.trainer.update(trainer)
     return plan_task(
-        cfg, validate_profile(hw, ProfileSource("t4")), train_batch_size=8, val_batch_size=8
+        plan_request(cfg, validate_profile(hw, ProfileSource("t4")), batch_sizes=(8, 8))
     )
 
 
@@ -197,7 +198,7 @@ def test_the_zero2_remedy_of_a_four_gpu_run_is_planned_per_device():
     cfg = task_config(CONV_MODEL, IMAGE_DATA, hw)
     cfg.trainer.update({"strategy": "ddp"})
     profile = validate_profile(hw, ProfileSource("t4"))
-    plan = plan_task(cfg, profile, train_batch_size=8, val_batch_size=8)
+    plan = plan_task(plan_request(cfg, profile, batch_sizes=(8, 8)))
     by_name = {remedy.name: remedy for remedy in plan.remedies}
     zero2 = by_name[f"DeepSpeed ZeRO-2 across {N} GPUs"]
     assert zero2.overrides[0] == "trainer=deepspeed_zero2"

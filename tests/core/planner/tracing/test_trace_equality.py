@@ -58,7 +58,7 @@ def real_and_fake(model_cfg, batch, trace):
         real = trace(module, optimizer, batch, recorder, semantics)
 
     fake_mode = FakeTensorMode()
-    fake_module = build_module(model_cfg, CPU_SETUP, fake_mode)
+    fake_module = build_module(lambda: instantiate(model_cfg), CPU_SETUP, fake_mode)
     one = {key: value[:1].clone() for key, value in batch.items()}
     largest = max(value.numel() for value in batch.values())
     with cuda_semantics(CPU_SETUP) as (semantics, _), fake_mode:

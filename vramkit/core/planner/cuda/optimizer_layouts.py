@@ -48,6 +48,15 @@ BITSANDBYTES_LAYOUTS = (ADAMW_8BIT, PAGED_ADAMW, PAGED_ADAMW_32BIT, PAGED_ADAMW_
 PAGED_LAYOUTS = {PAGED_ADAMW: 32, PAGED_ADAMW_32BIT: 32, PAGED_ADAMW_8BIT: 8}
 """Paged layouts and the bits of their states."""
 LAYOUTS = (CONFIGURED, *BITSANDBYTES_LAYOUTS, ZERO2, ZERO2_OFFLOAD)
+BITSANDBYTES_TARGETS = {
+    "bitsandbytes.optim.AdamW8bit": ADAMW_8BIT,
+    "bitsandbytes.optim.PagedAdamW8bit": PAGED_ADAMW_8BIT,
+    "bitsandbytes.optim.PagedAdamW": PAGED_ADAMW,
+    "bitsandbytes.optim.PagedAdamW32bit": PAGED_ADAMW_32BIT,
+}
+"""Optimizer targets that need a GPU library at construction time, and the layout each is
+planned with; the planner only needs the hyper-parameters, so it builds the equivalent torch
+optimizer and then the layout (bitsandbytes/optim/adamw.py: PagedAdamW is 32-bit and paged)."""
 
 
 def use_cuda_defaults(optimizer: torch.optim.Optimizer) -> None:

@@ -6,19 +6,18 @@ import dataclasses
 import math
 from typing import Any
 
-from omegaconf import DictConfig
-
-from vramkit.core.hardware.profile import AUTO, HardwareProfile
+from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.decisions.plan import TRAIN
 from vramkit.core.planner.decisions.remedies import split_batch
-from vramkit.core.planner.decisions.task_defaults import DEFAULTS_KEY, task_batch_default
+from vramkit.core.planner.decisions.task_defaults import DEFAULTS_KEY
 from vramkit.core.planner.decisions.task_plan import MemoryPlan, plan_task
 from vramkit.core.planner.errors import DoesNotFitError, PlanningError
+from vramkit.core.planner.request import PlanRequest
 from vramkit.core.units import GIB
 
 
 def _keep_effective_batch(
-    plan: MemoryPlan, cfg: DictConfig, profile: HardwareProfile, largest: int
+    plan: MemoryPlan, default: int | None, profile: HardwareProfile, largest: int
 ) -> tuple[int, int, str | None]:
     """Micro-batch and accumulation when the largest fitting batch is below the intended one."""
     intended = profile.target_effective_batch
@@ -28,7 +27,6 @@ def _keep_effective_batch(
         source += f" / {profile.world_size} processes"
         intended = math.ceil(intended / profile.world_size)
     if intended is None:
-        default = task_batch_default(cfg, "train")
         if default is None:
             return largest, profile.accumulate_grad_batches, None
         intended = default * profile.accumulate_grad_batches
@@ -71,19 +69,18 @@ class AutoBatchSizes:
 
 
 def resolve_auto_batch_sizes(
-    cfg: DictConfig,
-    profile: HardwareProfile,
+    request: PlanRequest,
     plan: MemoryPlan | None = None,
 ) -> AutoBatchSizes:
-    """Batch sizes for a profile's "auto" fields, with the lines that say why.
+    """Batch sizes for `request`'s searched (None) sizes, with the lines that say why.
 
     On a GPU profile the planner picks the largest training and validation batch sizes whose
     predicted peak fits `profile.budget_gib` (capped by the dataset sizes); when the training
     batch must be smaller than the intended effective batch (`hw.target_effective_batch`, else
     the task's `batch_size_defaults.train`), gradient accumulation keeps it. A CPU profile keeps
-    the task's `batch_size_defaults`. Explicit (non-"auto") sizes are returned unchanged. The
-    lines say what was chosen and why, for the console. `plan` is this config's plan on
-    `profile` when one was made already (the same batch sizes asked for), to trace nothing twice.
+    the task's `batch_size_defaults`. Given sizes are returned unchanged. The lines say what
+    was chosen and why, for the console. `plan` is this request's plan when one was made already
+    (the same batch sizes asked for), to trace nothing twice.
     A GPU plan's ``predictions`` are the predicted peak of each phase at the chosen sizes, for the
     run's report:
     ``{"profile", "precision", "budget_gib", "train": {"batch_size", "accumulate_grad_batches",
@@ -92,11 +89,12 @@ def resolve_auto_batch_sizes(
     ``max_allocated_gib`` what ``torch.cuda.max_memory_allocated`` should read, and
     ``max_allocated_estimate_gib`` what it should read with cuDNN workspaces at their estimate).
     """
-    train_auto = profile.batch_size == AUTO
-    val_auto = profile.val_batch_size == AUTO
+    profile, defaults = request.profile, request.task_batch_defaults
+    train_auto = request.train_batch_size is None
+    val_auto = request.val_batch_size is None
     if profile.accelerator != "gpu" or profile.budget_gib is None:
-        train = task_batch_default(cfg, "train") if train_auto else profile.batch_size
-        val = task_batch_default(cfg, "val") if val_auto else profile.val_batch_size
+        train = defaults.train if train_auto else request.train_batch_size
+        val = defaults.val if val_auto else request.val_batch_size
         if train is None or val is None:
             raise PlanningError(
                 f"profile {profile.name} has no GPU memory to plan for and the task states no "
@@ -106,13 +104,7 @@ def resolve_auto_batch_sizes(
         return AutoBatchSizes(train, val, profile.accumulate_grad_batches, (line,))
 
     if plan is None:
-        plan = plan_task(
-            cfg,
-            profile,
-            train_batch_size=None if train_auto else profile.batch_size,
-            val_batch_size=None if val_auto else profile.val_batch_size,
-            with_remedies=False,
-        )
+        plan = plan_task(dataclasses.replace(request, with_remedies=False))
     budget = plan.budget_bytes
     if plan.train.peak > budget or plan.val.peak > budget:
         phase = "training" if plan.train.peak > budget else "validation"
@@ -133,7 +125,9 @@ def resolve_auto_batch_sizes(
         + _phase_words("validation", plan.val.batch_size, plan.val.peak, val_auto, plan.val_limit)
     ]
     if train_auto:
-        train, accumulate, line = _keep_effective_batch(plan, cfg, profile, plan.train.batch_size)
+        train, accumulate, line = _keep_effective_batch(
+            plan, defaults.train, profile, plan.train.batch_size
+        )
         if line is not None:
             lines.append(line)
     train_phase = plan.train

@@ -1,6 +1,6 @@
 """Plan evaluation on its own (`eval.py`): the inference phase alone, no training traces.
 
-`plan_inference_batch_size` builds the task's module and one validation sample, then traces only
+`plan_inference_batch_size` builds the request's module and one validation sample, then traces only
 `trace_inference` (eval mode, no gradients, no optimizer state) to find the largest batch that
 fits the profile's budget, or to check a batch size the user set. A full `plan_task` would also
 trace two training steps and validation inside fit, which evaluation never runs.
@@ -11,17 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from omegaconf import DictConfig
-
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.decisions.plan import INFERENCE, PhasePlan
-from vramkit.core.planner.decisions.task_plan import (
-    UNBOUNDED_BATCH,
-    planning_config,
-    profile_setup,
-    task_planner,
-)
-from vramkit.core.planner.tracing.batches import PhaseSamples
+from vramkit.core.planner.decisions.task_plan import task_planner
+from vramkit.core.planner.request import PlanRequest
 from vramkit.core.units import GIB
 
 
@@ -71,32 +64,26 @@ class InferenceBatchPlan:
         )
 
 
-def plan_inference_batch_size(
-    cfg: DictConfig,
-    profile: HardwareProfile,
-    *,
-    batch_size: int | None,
-    samples: PhaseSamples | None = None,
-) -> InferenceBatchPlan:
-    """Plan `cfg`'s evaluation on `profile`, tracing the inference phase only.
+def plan_inference_batch_size(request: PlanRequest) -> InferenceBatchPlan:
+    """Plan `request`'s evaluation on its profile at `request.val_batch_size`, tracing the
+    inference phase only.
 
-    `batch_size` None searches the largest batch whose predicted peak fits the profile's budget
-    (capped by the validation set's size). A given `batch_size` is traced as it runs (at most the
+    A batch size of None searches the largest batch whose predicted peak fits the profile's
+    budget (capped by the validation set's size). A given size is traced as it runs (at most the
     validation set's size); when it does not fit, the largest smaller size that does is searched
-    too, for the message that refuses it. `samples` defaults to one sample per phase from
-    `cfg.data`. Raises `ValueError` for a profile without a budget (a CPU profile plans nothing)
-    and `PlanningError` when the task cannot be traced.
+    too, for the message that refuses it. Raises `ValueError` for a profile without a budget (a
+    CPU profile plans nothing) and `PlanningError` when the task cannot be traced.
     """
-    if profile.budget_gib is None:
+    profile, setup, batch_size = request.profile, request.setup, request.val_batch_size
+    budget = request.budget_bytes
+    if budget is None:
         raise ValueError(f"profile {profile.name} has no memory budget to plan inference against")
     started = time.perf_counter()
-    budget = int(profile.budget_gib * GIB)
-    setup = profile_setup(cfg, profile)
-    planner = task_planner(planning_config(cfg, profile), samples)
+    planner = task_planner(request)
     limit = planner.samples.val_size
     if batch_size is None:
         largest, inference = planner.largest_batch_size(
-            INFERENCE, setup, budget, limit or UNBOUNDED_BATCH, upper_first=True
+            INFERENCE, setup, budget, limit or request.largest_searched, upper_first=True
         )
     else:
         # A loader's batches hold at most the whole set: a larger size runs at the set's size.

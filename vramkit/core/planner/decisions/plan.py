@@ -1,6 +1,6 @@
 """Plan a run's device memory per phase and find the largest batch sizes under the budget.
 
-`MemoryPlanner` holds the task's model config and one sample batch per phase; `measure` traces a
+`MemoryPlanner` holds the task's module factory and one sample batch per phase; `measure` traces a
 phase at a batch size under a `RunSetup` and returns a `PhasePlan`: what is allocated at the peak
 (parameters, gradients, optimizer state, activations and temporaries including the batch) plus
 the device overhead (CUDA context, library workspaces, allocator reserve). `largest_batch_size`
@@ -14,12 +14,12 @@ nothing fits). The search measures inside what those two leave open until they a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vramkit.core.planner.cuda.cuda_rules import TRUE_PRECISIONS
@@ -36,6 +36,7 @@ from vramkit.core.planner.decisions.llm_allowance import (
     is_adapter_causal_lm,
     llm_activation_allowance,
 )
+from vramkit.core.planner.request import ModelFacts, ModuleFactory
 from vramkit.core.planner.shortcuts.output_memo import OutputMemo
 from vramkit.core.planner.tracing.batches import PhaseSamples, cast_floating, grow_batch
 from vramkit.core.planner.tracing.fake_trace import (
@@ -59,7 +60,7 @@ from vramkit.core.planner.tracing.recorder import (
 from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.planner.tracing.sharding import ZERO2_OFFLOAD as OFFLOADED_ZERO2
 from vramkit.core.planner.tracing.sharding import model_states, shard_allocated, traced_precision
-from vramkit.core.planner.tracing.subject import build_module, build_optimizer, with_model_overrides
+from vramkit.core.planner.tracing.subject import build_module, build_optimizer
 from vramkit.core.quantization.bitsandbytes_rules import PlannedBitsandbytes, planned_bitsandbytes
 from vramkit.core.quantization.planned_linear import PlannedQuantizedLinear
 from vramkit.core.units import GIB
@@ -206,11 +207,14 @@ def _traced_setup(setup: RunSetup) -> RunSetup:
 class MemoryPlanner:
     """Traces the task's steps under any `RunSetup` and batch size; remembers what it measured."""
 
-    model_cfg: DictConfig
+    module_factory: ModuleFactory
+    """Builds the task's LightningModule with a setup's `model_overrides` (`PlanRequest.module`)."""
     samples: PhaseSamples
     bitsandbytes_optimizer: str | None = None
-    """The layout of the bitsandbytes optimizer the model's config names (swapped for planning:
-    `subject.swap_bitsandbytes_optimizer`), None for any other optimizer."""
+    """The layout of the bitsandbytes optimizer the model's config names (planned as torch's
+    AdamW with that layout), None for any other optimizer."""
+    model: ModelFacts = field(default_factory=ModelFacts)
+    """How the module is configured, for the remedies (`PlanRequest.model`)."""
     max_epochs: int = 1
     max_steps: int = -1
     tied_loaded_twice: bool = False
@@ -227,8 +231,8 @@ class MemoryPlanner:
         key = setup.module_key
         if key not in self._subjects:
             fake_mode = FakeTensorMode()
-            model_cfg = with_model_overrides(self.model_cfg, setup.model_overrides)
-            self._subjects[key] = _Subject(fake_mode, build_module(model_cfg, setup, fake_mode))
+            factory = functools.partial(self.module_factory, setup.model_overrides)
+            self._subjects[key] = _Subject(fake_mode, build_module(factory, setup, fake_mode))
         return self._subjects[key]
 
     def measure(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:

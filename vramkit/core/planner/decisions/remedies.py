@@ -12,12 +12,11 @@ that bound is the remedy's training figure ("≥" in the plan).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
 
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.cuda.optimizer_layouts import ADAMW_8BIT, ZERO2_OFFLOAD
@@ -28,8 +27,6 @@ from vramkit.core.planner.tracing.sharding import ZERO2 as ZERO2_STRATEGY
 from vramkit.core.planner.tracing.sharding import ZERO2_OFFLOAD as ZERO2_OFFLOAD_STRATEGY
 from vramkit.core.planner.tracing.sharding import ZERO3 as ZERO3_STRATEGY
 from vramkit.core.planner.tracing.sharding import Sharding
-
-_ADAM_TARGETS = ("torch.optim.AdamW", "torch.optim.Adam")
 
 
 @dataclass(frozen=True)
@@ -82,11 +79,12 @@ class Change:
 def candidate_changes(
     profile: HardwareProfile, setup: RunSetup, planner: MemoryPlanner
 ) -> list[Change]:
-    """The setup changes worth planning for this model and profile (none it already has)."""
-    model_cfg = planner.model_cfg
+    """The setup changes worth planning for this model and profile (none it already has), from
+    what the request says of the model (`planner.model`)."""
+    model = planner.model
     changes = []
-    if model_cfg.get("gradient_checkpointing") is not True:
-        configurable = "gradient_checkpointing" in model_cfg
+    if model.gradient_checkpointing is not True:
+        configurable = model.gradient_checkpointing is not None
         by_hand = "wrap the model's repeated blocks in torch.utils.checkpoint"
         changes.append(
             Change(
@@ -96,9 +94,7 @@ def candidate_changes(
                 {"gradient_checkpointing": True},
             )
         )
-    optimizer = model_cfg.get("optimizer")
-    target = optimizer.get("_target_") if isinstance(optimizer, DictConfig) else None
-    if target in _ADAM_TARGETS and not planner.bitsandbytes_optimizer:
+    if model.adam and not planner.bitsandbytes_optimizer:
         changes.append(
             Change(
                 "8-bit AdamW",
@@ -116,10 +112,9 @@ def candidate_changes(
                 {"precision": "bf16-true"},
             )
         )
-    changes.extend(lora_changes(model_cfg))
-    root = model_cfg._get_root()
+    changes.extend(lora_changes(model.lora_defaults))
     offload_key = "callbacks.activation_offload"
-    if not setup.activation_offload and OmegaConf.select(root, offload_key) is not None:
+    if not setup.activation_offload and model.activation_offload_available:
         changes.append(
             Change(
                 "CPU activation offload",
@@ -162,20 +157,17 @@ def _deepspeed_changes(setup: RunSetup, weights: str) -> list[Change]:
     return changes
 
 
-def lora_changes(model_cfg: DictConfig) -> list[Change]:
-    """LoRA and QLoRA for a model whose config has a ``lora`` key left null (the model builds
-    adapters from ``model.lora``), with the settings of ``conf/model/lora/default.yaml``.
+def lora_changes(defaults: Mapping[str, Any] | None) -> list[Change]:
+    """LoRA and QLoRA with the settings `defaults` (``conf/model/lora/default.yaml``) for a
+    model whose config has a ``lora`` key left null (`ModelFacts.lora_defaults`); none when
+    `defaults` is None.
 
     Both change what is trained (adapters and head instead of every weight): they need the
     user's consent (``needs_consent="lora"``).
     """
-    if "lora" not in model_cfg or model_cfg.get("lora") is not None:
+    if defaults is None:
         return []
-    conf_dir = OmegaConf.select(model_cfg._get_root(), "paths.conf_dir", default=None)
-    option = Path(conf_dir) / "model" / "lora" / "default.yaml" if conf_dir else None
-    if option is None or not option.is_file():
-        return []
-    defaults = OmegaConf.to_container(OmegaConf.load(option))
+    defaults = dict(defaults)
     rank = defaults.get("r")
     qlora = {**defaults, "quantize": "4bit"}
     return [

@@ -1,31 +1,22 @@
-"""Plan a composed training config on a hardware profile: the entry point of the planner.
+"""Plan a run from a `PlanRequest` on its hardware profile: the entry point of the planner.
 
-`plan_task` builds the task's real datamodule (for one sample per phase) and its LightningModule
-(fake weights), traces training, validation inside fit and inference on its own, searches the
-largest batch sizes where asked, and proposes remedies when the run does not fit.
+`plan_task` takes one sample per phase from the request's data factory and builds its
+LightningModule (fake weights), traces training, validation inside fit and inference on its own,
+searches the largest batch sizes where asked, and proposes remedies when the run does not fit.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 
-from omegaconf import DictConfig, OmegaConf, open_dict
-
-from vramkit.core.config.instantiate import instantiate
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.decisions.plan import INFERENCE, TRAIN, VAL, MemoryPlanner, PhasePlan
 from vramkit.core.planner.decisions.remedies import Remedy, propose_remedies
-from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
+from vramkit.core.planner.request import PlanRequest
 from vramkit.core.planner.tracing.recorder import GRADIENTS, OPTIMIZER_STATE, PARAMETERS
 from vramkit.core.planner.tracing.run_setup import RunSetup
-from vramkit.core.planner.tracing.sharding import Sharding, sharding_of
-from vramkit.core.planner.tracing.subject import swap_bitsandbytes_optimizer
 from vramkit.core.units import GIB
-
-# Batch sizes searched when the dataset does not say how many samples it has.
-UNBOUNDED_BATCH = 4096
 
 
 @dataclass(frozen=True)
@@ -72,113 +63,41 @@ class MemoryPlan:
         return self.train.peak <= self.budget_bytes and self.val.peak <= self.budget_bytes
 
 
-def planning_config(cfg: DictConfig, profile: HardwareProfile) -> DictConfig:
-    """A copy of `cfg` whose `hw` holds `profile` with integer batch sizes, for instantiation.
-
-    The datamodule validates its batch sizes; the planner only takes one sample from it, in
-    this process, so "auto" becomes 1 there and the loaders get no workers and no pinning.
-    """
-    planning = copy.deepcopy(cfg)
-    values = profile.model_dump()
-    for key in ("batch_size", "val_batch_size"):
-        if not isinstance(values[key], int):
-            values[key] = 1
-    values.update(num_workers=0, pin_memory=False)
-    with open_dict(planning):
-        planning.hw = OmegaConf.create(values)
-    return planning
-
-
-def _optimizer_name(model_cfg: DictConfig) -> str:
-    optimizer = model_cfg.get("optimizer")
-    if isinstance(optimizer, DictConfig) and "_target_" in optimizer:
-        return str(optimizer._target_).rsplit(".", 1)[-1]
-    return "configure_optimizers()"
-
-
-def _trainer_length(cfg: DictConfig) -> tuple[int, int]:
-    trainer = cfg.get("trainer") or {}
-    max_epochs = trainer.get("max_epochs") or 1
-    max_steps = trainer.get("max_steps")
-    return int(max_epochs), int(max_steps) if max_steps is not None else -1
-
-
-def run_sharding(cfg: DictConfig, profile: HardwareProfile) -> Sharding:
-    """How `cfg`'s trainer spreads the run: its strategy on `devices × num_nodes` processes.
-
-    The trainer's own integer `devices` / `num_nodes` (e.g. trainer=ddp_sim's 2 processes) win
-    over the profile's; interpolations of the profile are not resolved here (that would plan).
-    """
-    trainer = cfg.get("trainer")
-    if not isinstance(trainer, DictConfig):
-        return sharding_of({}, profile.world_size)  # Lightning's "auto"
-    raw = OmegaConf.to_container(trainer, resolve=False)
-    devices = raw.get("devices")
-    nodes = raw.get("num_nodes")
-    world = (devices if isinstance(devices, int) else profile.devices) * (
-        nodes if isinstance(nodes, int) else profile.num_nodes
-    )
-    return sharding_of(raw, world)
-
-
 def _resident(plan: PhasePlan) -> int:
     """Parameters, gradients and optimizer state at `plan`'s peak (bytes)."""
     held = plan.allocated
     return held[PARAMETERS] + held[GRADIENTS] + held[OPTIMIZER_STATE]
 
 
-def profile_setup(cfg: DictConfig, profile: HardwareProfile) -> RunSetup:
-    """The `RunSetup` `cfg`'s run has on `profile`: its precision, strategy and activation
-    offload."""
-    offload = OmegaConf.select(cfg, "callbacks.activation_offload.enabled", default=False)
-    return RunSetup.from_profile(profile).replace(
-        activation_offload=bool(offload), sharding=run_sharding(cfg, profile)
-    )
-
-
-def task_planner(planning: DictConfig, samples: PhaseSamples | None = None) -> MemoryPlanner:
-    """A `MemoryPlanner` of `planning`'s model (a `planning_config`), with `samples` or, when
-    None, one sample per phase from its datamodule."""
-    if samples is None:
-        samples = sample_batches(instantiate(planning.data))
-    max_epochs, max_steps = _trainer_length(planning)
+def task_planner(request: PlanRequest) -> MemoryPlanner:
+    """A `MemoryPlanner` of `request`'s module, with one sample per phase from its data."""
     return MemoryPlanner(
-        planning.model,
-        samples,
-        bitsandbytes_optimizer=swap_bitsandbytes_optimizer(planning.model),
-        max_epochs=max_epochs,
-        max_steps=max_steps,
+        request.module,
+        request.data(),
+        bitsandbytes_optimizer=request.model.bitsandbytes_optimizer,
+        model=request.model,
+        max_epochs=request.max_epochs,
+        max_steps=request.max_steps,
     )
 
 
-def plan_task(
-    cfg: DictConfig,
-    profile: HardwareProfile,
-    *,
-    train_batch_size: int | None,
-    val_batch_size: int | None,
-    setup: RunSetup | None = None,
-    with_remedies: bool = True,
-    samples: PhaseSamples | None = None,
-) -> MemoryPlan:
-    """Plan `cfg`'s task on `profile`.
+def plan_task(request: PlanRequest) -> MemoryPlan:
+    """Plan `request` on its profile.
 
     A batch size of None is searched: the largest that fits the profile's budget (capped by the
-    dataset's size), or 1 when nothing fits. Without a budget (CPU profile) every batch size
-    must be given. `setup` defaults to the profile's own; `samples` to the datamodule's.
+    dataset's size, else `request.largest_searched`), or 1 when nothing fits. Without a budget
+    (CPU profile) every batch size must be given.
     """
     started = time.perf_counter()
-    if setup is None:
-        setup = profile_setup(cfg, profile)
-    budget = None if profile.budget_gib is None else int(profile.budget_gib * GIB)
+    profile, setup = request.profile, request.setup
+    train_batch_size, val_batch_size = request.train_batch_size, request.val_batch_size
+    budget = request.budget_bytes
     if budget is None and (train_batch_size is None or val_batch_size is None):
         raise ValueError(
             f"profile {profile.name} has no memory budget, so batch sizes cannot be searched; "
             "give both batch sizes"
         )
-    planning = planning_config(cfg, profile)
-    optimizer = _optimizer_name(planning.model)
-    planner = task_planner(planning, samples)
+    planner = task_planner(request)
     samples = planner.samples
 
     def phase(
@@ -187,7 +106,7 @@ def plan_task(
         if requested is not None:
             return planner.measure(name, requested, setup)
         _, plan = planner.largest_batch_size(
-            name, setup, budget, limit or UNBOUNDED_BATCH, upper_first=upper_first
+            name, setup, budget, limit or request.largest_searched, upper_first=upper_first
         )
         return plan
 
@@ -199,12 +118,12 @@ def plan_task(
     inference = phase(INFERENCE, val_batch_size, samples.val_size, upper_first=True)
     remedies: list[Remedy] = []
     over = budget is not None and (train.peak > budget or val.peak > budget)
-    if with_remedies and over:
+    if request.with_remedies and over:
         remedies = propose_remedies(planner, profile, setup, train, val, budget)
     return MemoryPlan(
         profile=profile,
         setup=setup,
-        optimizer=optimizer,
+        optimizer=request.model.optimizer,
         budget_bytes=budget,
         train=train,
         val=val,

@@ -1,7 +1,8 @@
 """The model to plan: the task's real LightningModule, built without allocating its weights.
 
-`build_module` instantiates `cfg.model` under the meta device (no memory, no initialisation
-cost, so a 1.3B-parameter Hugging Face model built from its config takes a second), runs
+`build_module` calls the request's module factory under the meta device (no memory, no
+initialisation cost, so a 1.3B-parameter Hugging Face model built from its config takes a
+second), runs
 `configure_model` (undoing `torch.compile`: the planner traces eager code), and then gives
 every parameter and buffer a fake CPU tensor of the same shape and of the precision's dtype.
 `build_optimizer` calls the module's own `configure_optimizers` and applies the layout.
@@ -9,26 +10,19 @@ every parameter and buffer a fake CPU tensor of the same shape and of the precis
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import lightning as L
 import torch
-import yaml
 from lightning.pytorch.core.optimizer import _configure_optimizers
-from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from vramkit.core.config.instantiate import instantiate
 from vramkit.core.planner.cuda.cuda_rules import parameter_dtype
 from vramkit.core.planner.cuda.optimizer_layouts import (
     ADAMW_8BIT,
     CONFIGURED,
-    PAGED_ADAMW,
-    PAGED_ADAMW_8BIT,
-    PAGED_ADAMW_32BIT,
     PAGED_LAYOUTS,
     ZERO2,
     ZERO2_OFFLOAD,
@@ -40,16 +34,6 @@ from vramkit.core.planner.cuda.optimizer_layouts import (
 from vramkit.core.planner.errors import PlanningError
 from vramkit.core.planner.tracing.checkpointing import enable_gradient_checkpointing
 from vramkit.core.planner.tracing.run_setup import RunSetup
-
-# Optimizer targets that need a GPU library at construction time, and the layout each is planned
-# with; the planner only needs the hyper-parameters, so it builds the equivalent torch optimizer
-# and then the layout (bitsandbytes/optim/adamw.py: PagedAdamW is 32-bit and paged).
-_BITSANDBYTES_TARGETS = {
-    "bitsandbytes.optim.AdamW8bit": ADAMW_8BIT,
-    "bitsandbytes.optim.PagedAdamW8bit": PAGED_ADAMW_8BIT,
-    "bitsandbytes.optim.PagedAdamW": PAGED_ADAMW,
-    "bitsandbytes.optim.PagedAdamW32bit": PAGED_ADAMW_32BIT,
-}
 
 
 class _PlanningTrainer:
@@ -73,24 +57,6 @@ class _PlanningTrainer:
             f"configure_optimizers() reads trainer.{name}, which the memory planner does not "
             "provide (it builds the optimizer without a Trainer)"
         )
-
-
-def swap_bitsandbytes_optimizer(model_cfg: DictConfig) -> str | None:
-    """Replace a bitsandbytes AdamW (8-bit and/or paged) in `model_cfg` (in place) by torch's
-    AdamW with the same hyper-parameters; return the layout it is planned with (`adamw_8bit`,
-    `paged_adamw`, …), None when there was none. bitsandbytes needs CUDA to build its
-    optimizer; the planner needs none."""
-    optimizer = model_cfg.get("optimizer")
-    if not isinstance(optimizer, DictConfig):
-        return None
-    layout = _BITSANDBYTES_TARGETS.get(optimizer.get("_target_"))
-    if layout is None:
-        return None
-    with open_dict(optimizer):
-        optimizer._target_ = "torch.optim.AdamW"
-        for key in ("optim_bits", "min_8bit_size", "percentile_clipping", "block_wise", "paged"):
-            optimizer.pop(key, None)
-    return layout
 
 
 def _undo_compile(module: nn.Module) -> None:
@@ -137,27 +103,16 @@ def materialize_fake(module: nn.Module, dtype: torch.dtype, fake_mode: FakeTenso
             sub._buffers[name] = made[id(buffer)]
 
 
-def with_model_overrides(model_cfg: DictConfig, overrides: Iterable[tuple[str, str]]) -> DictConfig:
-    """`model_cfg`, or a copy with each ``(key, YAML value)`` of `overrides` set."""
-    overrides = tuple(overrides)
-    if not overrides:
-        return model_cfg
-    changed = copy.deepcopy(model_cfg)  # keeps its parent: interpolations still resolve
-    with open_dict(changed):
-        for key, value in overrides:
-            OmegaConf.update(changed, key, yaml.safe_load(value), merge=False)
-    return changed
-
-
 def build_module(
-    model_cfg: DictConfig, setup: RunSetup, fake_mode: FakeTensorMode
+    factory: Callable[[], Any], setup: RunSetup, fake_mode: FakeTensorMode
 ) -> L.LightningModule:
-    """The task's LightningModule with fake weights, in training mode, as `setup` runs it."""
+    """The LightningModule `factory` builds, with fake weights, in training mode, as `setup`
+    runs it."""
     with torch.device("meta"):
-        module = instantiate(model_cfg)
+        module = factory()
     if not isinstance(module, L.LightningModule):
         raise PlanningError(
-            f"cfg.model builds a {type(module).__name__}, not a LightningModule: the planner "
+            f"the model builds a {type(module).__name__}, not a LightningModule: the planner "
             "runs the module's training_step and validation_step"
         )
     if not module.automatic_optimization:

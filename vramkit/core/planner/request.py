@@ -1,0 +1,135 @@
+"""The planner's one input: what to plan (module and data factories), on which hardware, how.
+
+A `PlanRequest` holds concrete values only. "auto" batch sizes are interpreted once, by
+`requested_batch_sizes`, before a request is built: everything after it takes an int, or None for
+"search the largest that fits the budget". Requests are built from a composed Hydra config
+(`vramkit.core.run.plan_request_from_config`) or directly from a user's module and data
+(`vramkit.plan`); the planner never reads a config (an import-linter contract in pyproject.toml
+keeps omegaconf and hydra out of `vramkit.core.planner`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from vramkit.core.hardware.profile import AUTO, HardwareProfile, ProfileError
+from vramkit.core.planner.tracing.batches import PhaseSamples
+from vramkit.core.planner.tracing.run_setup import RunSetup
+from vramkit.core.units import GIB
+
+ModelOverrides = tuple[tuple[str, str], ...]
+"""Model config keys a remedy replaces: (key under ``model``, YAML value), as
+`RunSetup.model_overrides`."""
+
+DEFAULTS_KEY = "batch_size_defaults"
+"""Top-level config key of the task's stated batch sizes (``train``, ``val``)."""
+
+UNBOUNDED_BATCH = 4096
+"""The largest batch size searched when the dataset does not say how many samples it has."""
+
+
+class ModuleFactory(Protocol):
+    """Builds the task's LightningModule with `overrides` applied; the planner calls it under
+    the meta device, so weights cost nothing."""
+
+    def __call__(self, overrides: ModelOverrides) -> Any: ...
+
+
+@dataclass(frozen=True)
+class TaskBatchDefaults:
+    """The batch sizes a task states (``batch_size_defaults``): what "auto" takes without a GPU
+    budget to plan, and the effective batch kept with accumulation. None: not stated."""
+
+    train: int | None = None
+    val: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the remedies need to know about how the module is configured."""
+
+    optimizer: str = "configure_optimizers()"
+    """The configured optimizer's class name (e.g. "AdamW8bit"), or how the module makes it."""
+    adam: bool = False
+    """The optimizer the planner builds is torch's Adam or AdamW (8-bit AdamW can replace it)."""
+    bitsandbytes_optimizer: str | None = None
+    """The layout of the bitsandbytes optimizer the config names (planned as torch's AdamW with
+    that layout), None for any other optimizer."""
+    gradient_checkpointing: bool | None = None
+    """The model's ``gradient_checkpointing`` setting; None when it has none (checkpointing is
+    then a change of the user's code)."""
+    lora_defaults: Mapping[str, Any] | None = None
+    """The settings of ``conf/model/lora/default.yaml`` when the model takes adapters from a
+    ``lora`` key left null; None when LoRA is not a remedy for it."""
+    activation_offload_available: bool = False
+    """The run has the ``callbacks.activation_offload`` callback (it can be enabled)."""
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything the planner plans from; nothing else is read."""
+
+    module: ModuleFactory
+    data: Callable[[], PhaseSamples]
+    """One sample batch per phase (called once, before the first trace)."""
+    profile: HardwareProfile
+    """The target hardware: its facts (capability, kernels) and its memory budget."""
+    setup: RunSetup
+    """Precision, strategy and world size, activation offload, accumulation: the run as asked."""
+    train_batch_size: int | None
+    """The training batch to plan; None searches the largest that fits the budget."""
+    val_batch_size: int | None
+    """The validation (and inference) batch to plan; None searches."""
+    with_remedies: bool = True
+    """Propose remedies when the run does not fit."""
+    model: ModelFacts = field(default_factory=ModelFacts)
+    max_epochs: int = 1
+    max_steps: int = -1
+    """The trainer's length, for `configure_optimizers` schedules (-1: not set)."""
+    task_batch_defaults: TaskBatchDefaults = field(default_factory=TaskBatchDefaults)
+    largest_searched: int = UNBOUNDED_BATCH
+    """The upper bound of a batch-size search when the dataset's length is unknown."""
+
+    @property
+    def budget_bytes(self) -> int | None:
+        """The profile's memory budget (bytes); None for a profile without one (CPU)."""
+        budget = self.profile.budget_gib
+        return None if budget is None else int(budget * GIB)
+
+
+def requested_batch_sizes(
+    profile: HardwareProfile,
+    defaults: TaskBatchDefaults = TaskBatchDefaults(),
+    *,
+    train: int | str | None = None,
+    val: int | str | None = None,
+) -> tuple[int | None, int | None]:
+    """The one place "auto" becomes a concrete batch size: (train, val) to plan.
+
+    `train` / `val` replace the profile's ``batch_size`` / ``val_batch_size`` when given. An int
+    is kept. "auto" is None (searched: the largest that fits) on a profile with a memory
+    budget, and the task's stated default on one without; a `ProfileError` names the key when
+    there is neither a budget nor a default.
+    """
+    chosen = []
+    for key, given, default in (
+        ("batch_size", train, defaults.train),
+        ("val_batch_size", val, defaults.val),
+    ):
+        value = getattr(profile, key) if given is None else given
+        if value != AUTO:
+            chosen.append(int(value))
+        elif profile.budget_gib is not None:
+            chosen.append(None)
+        elif default is not None:
+            chosen.append(default)
+        else:
+            phase = "train" if key == "batch_size" else "val"
+            raise ProfileError(
+                f"profile {profile.name} has no memory budget to search batch sizes and the "
+                f"task states no {DEFAULTS_KEY}.{phase}; give {key}",
+                keys=(key,),
+            )
+    return chosen[0], chosen[1]
