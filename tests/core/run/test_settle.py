@@ -6,6 +6,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from vramkit.core.config.schema import ConfigError
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.run import compose
 from vramkit.core.run import settle as settle_module
@@ -157,3 +158,13 @@ def test_a_profile_value_is_written_plain_where_the_grammar_reads_it_so():
         "'7.5'",
         "'NVIDIA T4'",
     ]
+
+
+def test_a_config_edited_in_code_is_refused_naming_the_key(compose_config):
+    """The run is composed from the overrides: an edit made to the composed config in code
+    would be silently lost, so it is refused before any work, naming the key."""
+    cfg = compose_config("debug=smoke")
+    settle(cfg, device=CPU_2, plan_batches=False)  # unedited: settles
+    cfg.seed = 7
+    with pytest.raises(ConfigError, match=r"^seed: changed in code .* 'seed=<value>'"):
+        settle(cfg, device=CPU_2, plan_batches=False)

@@ -63,8 +63,13 @@ def test_export_then_eval_on_onnxruntime_gives_the_torch_numbers_and_files(
         ("torch", f"ckpt_path={ckpt}"),
         ("onnxruntime", f"onnx_path={record['models']['onnx_fp32']['path']}"),
     ):
-        eval_cfg = compose_config(*TINY, f"backend={backend}", source, config_name="eval")
-        eval_cfg.predictions_dir = str(tmp_path / backend)
+        eval_cfg = compose_config(
+            *TINY,
+            f"backend={backend}",
+            source,
+            f"predictions_dir={tmp_path / backend}",
+            config_name="eval",
+        )
         metrics = evaluate(eval_cfg)
         files = {p.name: p.read_text() for p in sorted((tmp_path / backend).glob("res_*.txt"))}
         results[backend] = (metrics, files)

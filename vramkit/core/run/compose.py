@@ -9,17 +9,29 @@ overrides) registered, so error messages can name the file and override a value 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vramkit.core.run.resolvers import CONF_DIR, REPO_ROOT, register_resolvers
 
-__all__ = ["CONF_DIR", "REPO_ROOT", "compose_config", "compose_run", "forget_composition"]
+__all__ = [
+    "CONF_DIR",
+    "REPO_ROOT",
+    "compose_config",
+    "compose_run",
+    "edited_since_composed",
+    "forget_composition",
+]
+
+_composed: dict[int, tuple[weakref.ref, dict]] = {}
+"""What `compose_config` returned, by object id: the config (weakly) and its unresolved values
+then, so a run can tell an edit made in code (which would not reach it) from the composition."""
 
 
 def compose_config(
@@ -46,7 +58,36 @@ def compose_config(
     HydraConfig.instance().set_config(cfg)
     with open_dict(cfg):
         del cfg.hydra
+    _composed[id(cfg)] = (weakref.ref(cfg), _flat(cfg))
     return cfg
+
+
+def edited_since_composed(cfg: DictConfig) -> list[str]:
+    """The keys of `cfg` changed, added or removed in code since `compose_config` returned it
+    (sorted; empty for a config composed elsewhere, e.g. by ``@hydra.main``)."""
+    ref, values = _composed.get(id(cfg), (None, None))
+    if ref is None or ref() is not cfg:
+        return []
+    now = _flat(cfg)
+    return sorted(key for key in values.keys() | now.keys() if values.get(key) != now.get(key))
+
+
+def _flat(cfg: DictConfig) -> dict:
+    """`cfg`'s leaves, unresolved, as ``{"a.b": value}``."""
+    flat: dict = {}
+
+    def walk(node: object, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        elif isinstance(node, list) and node:
+            for index, value in enumerate(node):
+                walk(value, f"{prefix}{index}.")
+        else:
+            flat[prefix[:-1]] = node
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return flat
 
 
 def compose_run(config_name: str, overrides: Sequence[str], *, conf_dir: Path) -> DictConfig:

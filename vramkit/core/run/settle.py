@@ -28,10 +28,11 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.source import command_line_overrides, override_key
 from vramkit.core.hardware.detect import DeviceInfo, probe_device
 from vramkit.core.hardware.profile import HardwareProfile, describe_profile
-from vramkit.core.run.compose import compose_run
+from vramkit.core.run.compose import compose_run, edited_since_composed
 from vramkit.core.run.resolve_hardware import settle_profile
 from vramkit.core.run.run_folder import RUN_OVERRIDES
 
@@ -116,9 +117,19 @@ def settle(
     app's (its command-line overrides, `hydra.searchpath` included, and primary config);
     `applied` are the run's own overrides composed after them (`Settlement.applied`).
     `plan_inference` (eval.py): a GPU profile's `val_batch_size` comes from an inference-only plan.
-    Raises what `settle_profile` raises: `ProfileError`, `HardwareMismatchError`,
-    `DoesNotFitError`.
+    Raises `ConfigError` for keys of `cfg` edited in code after `compose_config` returned it (the
+    run is composed from the overrides, so such an edit would be silently lost), and what
+    `settle_profile` raises: `ProfileError`, `HardwareMismatchError`, `DoesNotFitError`.
     """
+    edited = edited_since_composed(cfg)
+    if edited:
+        raise ConfigError(
+            f"{', '.join(edited)}: changed in code after the config was composed, which the run "
+            "would not see (it is composed from the overrides); give "
+            f"{'them' if len(edited) > 1 else 'it'} as overrides instead, e.g. "
+            f"compose_config(..., '{edited[0]}=<value>')",
+            tuple(edited),
+        )
     user = tuple(_given_overrides() if user_overrides is None else user_overrides)
     name = config_name or _config_name()
     conf_dir = Path(cfg.paths.conf_dir)
