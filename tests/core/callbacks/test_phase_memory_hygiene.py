@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -135,6 +136,18 @@ class _FreezeProbe(L.Callback):
     def on_validation_end(self, *_: Any) -> None:
         self.frozen_counts.append(gc.get_freeze_count())
         self.freed.append(self._made is not None and self._made() is None)
+
+
+@pytest.fixture(autouse=True)
+def _unfrozen() -> Iterator[None]:
+    """Each test starts with nothing frozen (a test earlier in this process may have frozen its
+    imports, as `vramkit plan` does) and leaves the process as it found it."""
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+    if frozen:
+        gc.freeze()
 
 
 def _fit_with(callbacks: list[L.Callback], module: L.LightningModule, epochs: int = 1) -> None:

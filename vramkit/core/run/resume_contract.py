@@ -55,6 +55,7 @@ from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import ConfigSource, command_line_overrides, override_key
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.io.checkpoint_io import UnreadableCheckpointError, read_checkpoint
+from vramkit.core.quantization.planned_linear import PlannedQuantizedLinear
 from vramkit.core.run.refusals import refusals_as_messages
 from vramkit.core.run.run_folder import folder_of_checkpoint, read_run_file
 from vramkit.core.run.settle import Settlement, override_text
@@ -292,8 +293,22 @@ def _check_same_model(
             (key,),
         )
     model = _build_model(task)
-    expected = {name: tuple(value.shape) for name, value in model.state_dict().items()}
-    found = {name: tuple(value.shape) for name, value in checkpoint["state_dict"].items()}
+    # A 4-bit layer built on the meta device is the planner's stand-in, whose buffers are not the
+    # run's serialized quantization state (bitsandbytes' ``weight.absmax``, ``quant_map``, ...):
+    # what lies under such a layer is not compared, everything else (adapters, norms) is.
+    quantized = tuple(
+        f"{name}." for name, sub in model.named_modules() if isinstance(sub, PlannedQuantizedLinear)
+    )
+    expected = {
+        name: tuple(value.shape)
+        for name, value in model.state_dict().items()
+        if not name.startswith(quantized)
+    }
+    found = {
+        name: tuple(value.shape)
+        for name, value in checkpoint["state_dict"].items()
+        if not name.startswith(quantized)
+    }
     differences = _shape_differences(expected, found, strict=getattr(model, "strict_loading", True))
     if differences:
         raise ConfigError(f"{key} {path}: {differences}{trained_with}", (key,))
