@@ -120,7 +120,7 @@ class CausalLMDataModule(L.LightningDataModule):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__()
-        self.settings = CausalLMDataSettings.from_node(settings, node="data")
+        self.settings = CausalLMDataSettings.for_component(type(self), settings)
         self.tokenizer: Any = None
         self.train_dataset: TokenWindows | None = None
         self.val_dataset: TokenWindows | None = None
