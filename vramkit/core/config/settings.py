@@ -159,7 +159,7 @@ class Settings(BaseModel):
         return cls.from_node(values, node=node)
 
 
-def _field_limits(info: FieldInfo) -> dict[str, Any]:
+def field_limits(info: FieldInfo) -> dict[str, Any]:
     """The numeric constraints of a field as a mapping: ``Field(ge=1)`` -> ``{"ge": 1}``; those
     of its items too (``tuple[Annotated[int, Field(ge=1)], ...]``)."""
     constraints = list(info.metadata)
@@ -259,7 +259,7 @@ def _problem(
     if "missing" in kinds:
         return f"missing (a required {describe_type(info.annotation)})"
     given = _given(values, path)
-    limits = _field_limits(info)
+    limits = field_limits(info)
     if kinds & _RANGE_ERRORS:
         if isinstance(given, list | tuple):
             return f"every value must be {bounds_in_words(info.annotation, limits)}, got {given}"

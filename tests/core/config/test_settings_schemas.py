@@ -1,0 +1,74 @@
+"""A key at its default says ??? in the YAML; the composed config holds the class's default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+from omegaconf.errors import MissingMandatoryValue
+
+from vramkit.core.callbacks.finite_guard import FiniteGuardSettings
+from vramkit.core.config.settings_schemas import default_values, register_settings_schemas
+
+GUARD = """\
+{defaults}
+guard:
+  _target_: vramkit.core.callbacks.finite_guard.FiniteGuard
+  on_non_finite: ???  # what a non-finite value does
+  max_non_finite_in_a_row: 7  # a value of this config
+"""
+
+
+def _compose(conf: Path, overrides: list[str]):
+    register_settings_schemas(conf)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        return compose("main", overrides=overrides)
+
+
+def _tree(tmp_path: Path, defaults: str) -> Path:
+    conf = tmp_path / "conf"
+    (conf / "callbacks").mkdir(parents=True)
+    (conf / "main.yaml").write_text("defaults:\n  - callbacks: guard\n  - _self_\n")
+    (conf / "callbacks" / "guard.yaml").write_text(GUARD.format(defaults=defaults))
+    return conf
+
+
+WITH_SCHEMA = "defaults:\n  - /schema/callbacks/guard@_here_\n  - _self_\n"
+
+
+def test_question_marks_take_the_class_default_and_values_stay(tmp_path: Path) -> None:
+    cfg = _compose(_tree(tmp_path, WITH_SCHEMA), [])
+    guard = cfg.callbacks.guard
+    assert guard.on_non_finite == FiniteGuardSettings.model_fields["on_non_finite"].default
+    assert guard.max_non_finite_in_a_row == 7
+    assert guard.min_loss_scale == 1.0  # a field the file does not list is a key too
+    assert next(iter(guard)) == "_target_"
+
+
+def test_an_override_replaces_the_class_default(tmp_path: Path) -> None:
+    cfg = _compose(_tree(tmp_path, WITH_SCHEMA), ["callbacks.guard.on_non_finite=rollback"])
+    assert cfg.callbacks.guard.on_non_finite == "rollback"
+
+
+def test_without_its_schema_a_question_mark_is_missing(tmp_path: Path) -> None:
+    cfg = _compose(_tree(tmp_path, ""), [])
+    with pytest.raises(MissingMandatoryValue):
+        _ = cfg.callbacks.guard.on_non_finite
+
+
+def test_defaults_are_written_as_a_config_holds_them() -> None:
+    from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpointSettings
+
+    values = default_values(ResumeCheckpointSettings)
+    assert values["stop_signals"] == ["SIGTERM", "SIGINT", "SIGUSR1"]  # a tuple as a list
+    assert OmegaConf.create(values).min_interval_s == 60.0
+
+
+@pytest.fixture(autouse=True)
+def _forget_hydra():
+    yield
+    GlobalHydra.instance().clear()
