@@ -11,8 +11,9 @@ each (with its one-line comment) and names its schema first in its defaults list
       _target_: vramkit.core.callbacks.finite_guard.FiniteGuard
       on_non_finite: ???  # stop | skip_step | rollback
 
-`register_settings_schemas` stores, for every such file, a node of the file's shape holding the
-defaults of each ``_target_``'s settings class in Hydra's ConfigStore (``schema/<group>/<name>``).
+`register_settings_schemas` stores, for every such file, a node of the file's shape with the
+defaults of each ``_target_``'s settings class in place of its ``???`` in Hydra's ConfigStore
+(``schema/<group>/<name>``).
 Hydra composes the schema first and the file over it; OmegaConf's merge keeps the schema's value
 where the file says ``???`` ("merging MISSING onto an existing value keeps it",
 omegaconf/basecontainer.py ``_map_merge``), so the composed config holds the class's default,
@@ -66,8 +67,9 @@ def default_values(settings: type[Settings]) -> dict[str, Any]:
 
 
 def file_schema(content: Any) -> dict[str, Any]:
-    """A node of the file's shape with, at each ``_target_`` whose component has a settings
-    class, that target and the class's defaults."""
+    """A node of the file's shape: at each ``_target_`` whose component has a settings class,
+    the file's node with the class's defaults in place of its ``???`` (in the file's key order,
+    so the composed config reads as the file does) and after it the fields the file leaves out."""
     schema: dict[str, Any] = {}
     for path, node in target_nodes(content):
         settings = settings_class_of(node["_target_"])
@@ -76,8 +78,23 @@ def file_schema(content: Any) -> dict[str, Any]:
         place = schema
         for key in path:
             place = place.setdefault(key, {})
-        place.update({"_target_": node["_target_"], **default_values(settings)})
+        place.update(_filled(node, default_values(settings)))
     return schema
+
+
+def _filled(node: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    filled: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "defaults":  # the file's composition list, not a key of its node
+            continue
+        default = defaults.get(key)
+        if value == "???" and key in defaults:
+            filled[key] = default
+        elif isinstance(value, dict) and isinstance(default, dict):
+            filled[key] = _filled(value, default)
+        else:  # the file's own value, which the file sets again over the schema
+            filled[key] = value
+    return {**filled, **{key: v for key, v in defaults.items() if key not in filled}}
 
 
 @functools.cache
