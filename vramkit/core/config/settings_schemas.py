@@ -15,8 +15,9 @@ each (with its one-line comment) and names its schema first in its defaults list
 defaults of each ``_target_``'s settings class in place of its ``???`` in Hydra's ConfigStore
 (``schema/<group>/<name>``).
 Hydra composes the schema first and the file over it; OmegaConf's merge keeps the schema's value
-where the file says ``???`` ("merging MISSING onto an existing value keeps it",
-omegaconf/basecontainer.py ``_map_merge``), so the composed config holds the class's default,
+where the file says ``???`` (omegaconf 2.3, basecontainer.py ``_map_merge``: "if src node is
+missing, use the value from the dest_node"; tests/core/config/test_settings_schemas.py fails if
+that changes), so the composed config holds the class's default,
 and a command-line override or an experiment's value still replaces it. The class stays the one
 place of a default; the YAML says which keys exist and what they do.
 """
