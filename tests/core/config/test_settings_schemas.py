@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,7 +40,7 @@ def _tree(tmp_path: Path, defaults: str) -> Path:
     return conf
 
 
-WITH_SCHEMA = "defaults:\n  - /schema/callbacks/guard@_here_\n  - _self_\n"
+WITH_SCHEMA = "defaults:\n  - _self_\n  - /schema/callbacks/guard@_here_\n"
 
 
 def test_question_marks_take_the_class_default_and_values_stay(tmp_path: Path) -> None:
@@ -45,9 +48,10 @@ def test_question_marks_take_the_class_default_and_values_stay(tmp_path: Path) -
     guard = cfg.callbacks.guard
     assert guard.on_non_finite == FiniteGuardSettings.model_fields["on_non_finite"].default
     assert guard.max_non_finite_in_a_row == 7
-    assert guard.min_loss_scale == 1.0  # a field the file does not list is a key too
-    # the file's keys in the file's order, then the fields it leaves out
-    assert list(guard) == ["_target_", "on_non_finite", "max_non_finite_in_a_row", "min_loss_scale"]
+    assert list(guard) == ["_target_", "on_non_finite", "max_non_finite_in_a_row"]  # file order
+    assert OmegaConf.to_container(guard)["on_non_finite"] == (
+        "${settings_default:vramkit.core.callbacks.finite_guard.FiniteGuard,on_non_finite}"
+    )
 
 
 def test_an_override_replaces_the_class_default(tmp_path: Path) -> None:
@@ -59,6 +63,29 @@ def test_without_its_schema_a_question_mark_is_missing(tmp_path: Path) -> None:
     cfg = _compose(_tree(tmp_path, ""), [])
     with pytest.raises(MissingMandatoryValue):
         _ = cfg.callbacks.guard.on_non_finite
+
+
+PROBE = """
+import sys
+from vramkit.core.run.compose import compose_config
+
+def imported():
+    return [m in sys.modules for m in ("lightning", "vramkit.tasks.text_detection.datamodule")]
+
+cfg = compose_config("train", ["+hw=cpu"], output_dir="unused")
+print(imported())
+print(cfg.callbacks.finite_guard.on_non_finite, imported())
+"""
+
+
+def test_composing_imports_no_component_and_reading_a_default_imports_its_own() -> None:
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd=root
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines() == ["[False, False]", "stop [True, False]"]
 
 
 def test_defaults_are_written_as_a_config_holds_them() -> None:

@@ -1,25 +1,26 @@
 """The defaults of a config file's components, from their settings classes: one definition.
 
 A config file that lists a component's keys without writing their defaults holds ``???`` for
-each (with its one-line comment) and names its schema first in its defaults list::
+each (with its one-line comment) and names its schema after itself in its defaults list::
 
     defaults:
-      - /schema/callbacks/finite_guard@_here_
       - _self_
+      - /schema/callbacks/finite_guard@_here_
 
     finite_guard:
       _target_: vramkit.core.callbacks.finite_guard.FiniteGuard
       on_non_finite: ???  # stop | skip_step | rollback
 
-`register_settings_schemas` stores, for every such file, a node of the file's shape with the
-defaults of each ``_target_``'s settings class in place of its ``???`` in Hydra's ConfigStore
-(``schema/<group>/<name>``).
-Hydra composes the schema first and the file over it; OmegaConf's merge keeps the schema's value
-where the file says ``???`` (omegaconf 2.3, basecontainer.py ``_map_merge``: "if src node is
-missing, use the value from the dest_node"; tests/core/config/test_settings_schemas.py fails if
-that changes), so the composed config holds the class's default,
-and a command-line override or an experiment's value still replaces it. The class stays the one
-place of a default; the YAML says which keys exist and what they do.
+`register_settings_schemas` stores, for every such file, its ``???`` keys, each as
+``${settings_default:<target>,<key>}``, in Hydra's ConfigStore (``schema/<group>/<name>``).
+Hydra merges the schema over the file, so every ``???`` becomes that interpolation (the file's
+own values stay: the schema holds no other key), and a later config or a command-line override
+replaces it as any value. The ``settings_default`` resolver reads the default from the target's
+settings class when the value is read: composing imports no component (no Lightning, no other
+task's module), and the class stays the one place of a default; the YAML says which keys exist
+and what they do. (A later config that sets such a key makes OmegaConf read the interpolation
+while merging, basecontainer.py ``_map_merge``, ``_maybe_dereference_node``: that imports the
+one component the composed config builds anyway.)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 from pydantic import TypeAdapter
 from pydantic_core import PydanticUndefined
 
@@ -67,35 +69,43 @@ def default_values(settings: type[Settings]) -> dict[str, Any]:
     return values
 
 
+def settings_default(target: str, key: str) -> Any:
+    """The ``settings_default`` resolver: the default of `key` (dotted below nested settings:
+    ``augment.dihedral``) in the settings class of the component `target` names, as a config
+    holds it."""
+    settings = settings_class_of(target)
+    if settings is None:
+        raise ValueError(f"{target} has no settings class to take the default of {key} from")
+    value: Any = default_values(settings)
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise ValueError(f"{settings.__name__} has no default for {key}")
+        value = value[part]
+    return value
+
+
 def file_schema(content: Any) -> dict[str, Any]:
-    """A node of the file's shape: at each ``_target_`` whose component has a settings class,
-    the file's node with the class's defaults in place of its ``???`` (in the file's key order,
-    so the composed config reads as the file does) and after it the fields the file leaves out."""
+    """The ``???`` keys of the file's ``_target_`` nodes, each as the interpolation that reads
+    the class's default (nested settings keys included: ``augment.dihedral``)."""
     schema: dict[str, Any] = {}
     for path, node in target_nodes(content):
-        settings = settings_class_of(node["_target_"])
-        if settings is None:
-            continue
         place = schema
         for key in path:
             place = place.setdefault(key, {})
-        place.update(_filled(node, default_values(settings)))
+        place.update(_filled(node, node["_target_"], ""))
     return schema
 
 
-def _filled(node: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+def _filled(node: dict[str, Any], target: str, prefix: str) -> dict[str, Any]:
     filled: dict[str, Any] = {}
     for key, value in node.items():
-        if key == "defaults":  # the file's composition list, not a key of its node
-            continue
-        default = defaults.get(key)
-        if value == "???" and key in defaults:
-            filled[key] = default
-        elif isinstance(value, dict) and isinstance(default, dict):
-            filled[key] = _filled(value, default)
-        else:  # the file's own value, which the file sets again over the schema
-            filled[key] = value
-    return {**filled, **{key: v for key, v in defaults.items() if key not in filled}}
+        if value == "???":
+            filled[key] = f"${{settings_default:{target},{prefix}{key}}}"
+        elif isinstance(value, dict) and "_target_" not in value and key != "defaults":
+            nested = _filled(value, target, f"{prefix}{key}.")
+            if nested:
+                filled[key] = nested
+    return filled
 
 
 @functools.cache
@@ -103,6 +113,8 @@ def settings_schemas(conf_dir: Path = CONF_DIR) -> tuple[tuple[str, dict[str, An
     """``(schema name, node)`` for every file of the tree at `conf_dir` that uses a schema."""
     schemas = []
     for file in sorted(conf_dir.rglob("*.yaml")):
+        if f"/{SCHEMA_GROUP}/" not in file.read_text(encoding="utf-8"):
+            continue  # read the YAML of the few files that name a schema only
         content = load_yaml(file)
         if uses_schema(file, content, conf_dir):
             schemas.append((schema_name(file, conf_dir), file_schema(content)))
@@ -110,8 +122,10 @@ def settings_schemas(conf_dir: Path = CONF_DIR) -> tuple[tuple[str, dict[str, An
 
 
 def register_settings_schemas(conf_dir: Path = CONF_DIR) -> None:
-    """Store the schemas in Hydra's ConfigStore; a composition of the tree needs them first.
-    Storing again replaces them with the same nodes."""
+    """Store the schemas in Hydra's ConfigStore and register the ``settings_default`` resolver;
+    a composition of the tree needs them first. Storing again replaces them with the same nodes."""
+    if not OmegaConf.has_resolver("settings_default"):
+        OmegaConf.register_new_resolver("settings_default", settings_default)
     store = ConfigStore.instance()
     for name, node in settings_schemas(conf_dir):
         group, _, option = name.rpartition("/")
