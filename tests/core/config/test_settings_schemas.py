@@ -54,6 +54,22 @@ def test_question_marks_take_the_class_default_and_values_stay(tmp_path: Path) -
     )
 
 
+def test_a_list_default_resolves_in_place(tmp_path: Path) -> None:
+    conf = _tree(tmp_path, WITH_SCHEMA)
+    (conf / "callbacks" / "guard.yaml").write_text(
+        WITH_SCHEMA + "guard:\n"
+        "  _target_: vramkit.core.callbacks.resume_checkpoint.ResumeCheckpoint\n"
+        "  stop_signals: ???  # signals\n"
+    )
+    cfg = _compose(conf, [])
+    OmegaConf.resolve(cfg)  # what --cfg job --resolve does
+    assert OmegaConf.to_container(cfg.callbacks.guard.stop_signals) == [
+        "SIGTERM",
+        "SIGINT",
+        "SIGUSR1",
+    ]
+
+
 def test_an_override_replaces_the_class_default(tmp_path: Path) -> None:
     cfg = _compose(_tree(tmp_path, WITH_SCHEMA), ["callbacks.guard.on_non_finite=rollback"])
     assert cfg.callbacks.guard.on_non_finite == "rollback"

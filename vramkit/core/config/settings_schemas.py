@@ -72,7 +72,7 @@ def default_values(settings: type[Settings]) -> dict[str, Any]:
 def settings_default(target: str, key: str) -> Any:
     """The ``settings_default`` resolver: the default of `key` (dotted below nested settings:
     ``augment.dihedral``) in the settings class of the component `target` names, as a config
-    holds it."""
+    holds it (a list or mapping as a ListConfig or DictConfig)."""
     settings = settings_class_of(target)
     if settings is None:
         raise ValueError(f"{target} has no settings class to take the default of {key} from")
@@ -81,7 +81,9 @@ def settings_default(target: str, key: str) -> Any:
         if not isinstance(value, dict) or part not in value:
             raise ValueError(f"{settings.__name__} has no default for {key}")
         value = value[part]
-    return value
+    # a list or mapping as a config node: resolving a config in place (``--cfg job --resolve``,
+    # OmegaConf.resolve) puts a container only where an interpolation gave one (omegaconf/_impl.py)
+    return OmegaConf.create(value) if isinstance(value, list | dict) else value
 
 
 def file_schema(content: Any) -> dict[str, Any]:
