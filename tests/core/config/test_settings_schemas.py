@@ -116,3 +116,17 @@ def test_defaults_are_written_as_a_config_holds_them() -> None:
 def _forget_hydra():
     yield
     GlobalHydra.instance().clear()
+
+
+def test_the_early_check_judges_class_defaults_too(compose_config) -> None:
+    from vramkit.core.config.component_settings import check_component_settings
+    from vramkit.core.config.schema import ConfigError
+
+    cfg = compose_config("+hw=cpu", "data=icdar2015")  # its folders left at the class's null
+    with pytest.raises(ConfigError) as refused:
+        check_component_settings(cfg)
+    assert str(refused.value).splitlines() == [
+        "invalid data settings (conf/data/icdar2015.yaml):",
+        "  data.train_dir: missing: a folder (images/, gt/), or set data.synthetic",
+        "  data.val_dir: missing: a folder (images/, gt/), or set data.synthetic",
+    ]
