@@ -14,7 +14,12 @@ from omegaconf import OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from vramkit.core.callbacks.finite_guard import FiniteGuardSettings
-from vramkit.core.config.settings_schemas import default_values, register_settings_schemas
+from vramkit.core.config.settings_schemas import (
+    OWN_COMPONENTS,
+    default_values,
+    register_settings_schemas,
+    with_class_defaults,
+)
 
 GUARD = """\
 {defaults}
@@ -130,3 +135,22 @@ def test_the_early_check_judges_class_defaults_too(compose_config) -> None:
         "  data.train_dir: missing: a folder (images/, gt/), or set data.synthetic",
         "  data.val_dir: missing: a folder (images/, gt/), or set data.synthetic",
     ]
+
+
+def test_with_class_defaults_reads_class_defaults_only() -> None:
+    guard = "vramkit.core.callbacks.finite_guard.FiniteGuard"
+    record = {
+        "guard": {
+            "on_non_finite": f"${{settings_default:{guard},on_non_finite}}",
+            "unknown": f"${{settings_default:{guard},no_such_key}}",
+            "foreign": "${settings_default:os.path,sep}",
+        },
+        "folder": "${run_folder:/tmp/runs,${ckpt_path}}",  # a resolver that creates a folder
+        "batch": ["${hw.batch_size}", 3],
+    }
+    expected_guard = {
+        "on_non_finite": FiniteGuardSettings().on_non_finite,
+        "unknown": record["guard"]["unknown"],  # no such default: as written, not an error
+        "foreign": record["guard"]["foreign"],  # not vramkit's: a record names no module to import
+    }
+    assert with_class_defaults(record, OWN_COMPONENTS) == {**record, "guard": expected_guard}

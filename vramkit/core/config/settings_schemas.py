@@ -26,6 +26,7 @@ one component the composed config builds anyway.)
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +70,10 @@ def default_values(settings: type[Settings]) -> dict[str, Any]:
     return values
 
 
-def settings_default(target: str, key: str) -> Any:
-    """The ``settings_default`` resolver: the default of `key` (dotted below nested settings:
-    ``augment.dihedral``) in the settings class of the component `target` names, as a config
-    holds it (a list or mapping as a ListConfig or DictConfig)."""
+def class_default(target: str, key: str) -> Any:
+    """The default of `key` (dotted below nested settings: ``augment.dihedral``) in the settings
+    class of the component `target` names, as a config holds it (plain JSON values). Raises
+    `ValueError` when the component has no settings class or the class no such default."""
     settings = settings_class_of(target)
     if settings is None:
         raise ValueError(f"{target} has no settings class to take the default of {key} from")
@@ -81,9 +82,47 @@ def settings_default(target: str, key: str) -> Any:
         if not isinstance(value, dict) or part not in value:
             raise ValueError(f"{settings.__name__} has no default for {key}")
         value = value[part]
+    return value
+
+
+def settings_default(target: str, key: str) -> Any:
+    """The ``settings_default`` resolver: `class_default`, a list or mapping as a ListConfig or
+    DictConfig."""
+    value = class_default(target, key)
     # a list or mapping as a config node: resolving a config in place (``--cfg job --resolve``,
     # OmegaConf.resolve) puts a container only where an interpolation gave one (omegaconf/_impl.py)
     return OmegaConf.create(value) if isinstance(value, list | dict) else value
+
+
+OWN_COMPONENTS = ("vramkit.",)
+"""The targets whose class defaults a run folder's or a checkpoint's record may have read: its
+strings are data, and reading a default imports the target's module (`with_class_defaults`)."""
+
+_CLASS_DEFAULT = re.compile(r"\$\{settings_default:([^,{}]+),([^,{}]+)\}")
+
+
+def with_class_defaults(data: Any, components: tuple[str, ...] | None = None) -> Any:
+    """`data` (plain dicts and lists, as a config holds them unresolved) with each value that is
+    exactly ``${settings_default:<target>,<key>}`` replaced by that class default, so a config
+    composed under the schemas compares by value with one that wrote the numbers (a run recorded
+    before them). Nothing else is resolved: a run folder's ``${run_folder:…}`` creates folders
+    (its files are data), and ``${hw.…}`` compares as written. `components`: the target prefixes
+    allowed (a record's: `OWN_COMPONENTS`), None for any; another target, or one without that
+    default, stays as written."""
+    if isinstance(data, dict):
+        return {key: with_class_defaults(value, components) for key, value in data.items()}
+    if isinstance(data, list):
+        return [with_class_defaults(value, components) for value in data]
+    found = _CLASS_DEFAULT.fullmatch(data) if isinstance(data, str) else None
+    if found is None:
+        return data
+    target, key = (part.strip() for part in found.groups())
+    if components is not None and not target.startswith(components):
+        return data
+    try:
+        return class_default(target, key)
+    except ValueError:
+        return data
 
 
 def file_schema(content: Any) -> dict[str, Any]:
