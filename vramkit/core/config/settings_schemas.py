@@ -162,12 +162,16 @@ def settings_schemas(conf_dir: Path = CONF_DIR) -> tuple[tuple[str, dict[str, An
     return tuple(schemas)
 
 
-def register_settings_schemas(conf_dir: Path = CONF_DIR) -> None:
+def register_settings_schemas(conf_dir: Path = CONF_DIR, *, as_values: bool = False) -> None:
     """Store the schemas in Hydra's ConfigStore and register the ``settings_default`` resolver;
-    a composition of the tree needs them first. Storing again replaces them with the same nodes."""
+    a composition of the tree needs them first. Storing again replaces the nodes.
+
+    `as_values`: the schemas hold the class defaults themselves, not the interpolations, for a
+    composition a person reads as text (``--cfg job``, which prints it unresolved): that imports
+    every component the tree names (all tasks), which a run's composition must not."""
     if not OmegaConf.has_resolver("settings_default"):
         OmegaConf.register_new_resolver("settings_default", settings_default)
     store = ConfigStore.instance()
     for name, node in settings_schemas(conf_dir):
         group, _, option = name.rpartition("/")
-        store.store(group=group, name=option, node=node)
+        store.store(group=group, name=option, node=with_class_defaults(node) if as_values else node)
