@@ -154,3 +154,13 @@ def test_with_class_defaults_reads_class_defaults_only() -> None:
         "foreign": record["guard"]["foreign"],  # not vramkit's: a record names no module to import
     }
     assert with_class_defaults(record, OWN_COMPONENTS) == {**record, "guard": expected_guard}
+
+
+def test_a_run_records_class_defaults_as_values(compose_config) -> None:
+    # resolved_config.yaml (train.py's _record_config) and the loggers' hyperparameters are the
+    # config resolved: what vramkit compare and vramkit report read, never the interpolation
+    cfg = compose_config("+hw=cpu", "debug=smoke")
+    recorded = OmegaConf.to_yaml(cfg, resolve=True)
+    assert "settings_default" in OmegaConf.to_yaml(cfg) and "settings_default" not in recorded
+    data = OmegaConf.create(recorded).data
+    assert (data.strict, data.persistent_workers, data.train_dir) == (False, True, None)
