@@ -8,7 +8,10 @@ with long_lived_imports(freeze=__name__ == "__main__"):
     import hydra
     from omegaconf import DictConfig
 
-    from vramkit.core.run.config_preview import refuse_preview_without_profile
+    from vramkit.core.run.config_preview import (
+        refuse_preview_without_profile,
+        show_class_defaults,
+    )
     from vramkit.core.run.override_typos import did_you_mean_on_refusal
     from vramkit.core.run.refusals import refusals_as_messages
     from vramkit.core.run.resolvers import register_resolvers
@@ -25,5 +28,6 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     refuse_preview_without_profile(sys.argv[1:])  # --resolve needs a profile to read
+    show_class_defaults(sys.argv[1:])  # --cfg job prints class defaults as values
     with did_you_mean_on_refusal("train"):  # a misspelt key: the key it resembles
         main()

@@ -21,7 +21,7 @@ def hydra_app(
     import hydra
 
     from vramkit.core.run.compose import CONF_DIR
-    from vramkit.core.run.config_preview import preview_problem
+    from vramkit.core.run.config_preview import preview_problem, show_class_defaults
     from vramkit.core.run.override_typos import did_you_mean_on_refusal
     from vramkit.core.run.refusals import refusals_as_messages
     from vramkit.core.run.resolvers import register_resolvers
@@ -31,6 +31,7 @@ def hydra_app(
     if problem is not None:  # --resolve with no +hw= profile for ${hw.…} to read
         print(problem, file=sys.stderr)
         return 2
+    show_class_defaults(argv)  # --cfg job prints class defaults as values
 
     def main(cfg: Any) -> Any:
         with refusals_as_messages():

@@ -3,13 +3,18 @@ traceback for the missing ``${hw.…}`` values."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import pytest
 
 from vramkit.core.run.compose import REPO_ROOT
-from vramkit.core.run.config_preview import preview_problem, refuse_preview_without_profile
+from vramkit.core.run.config_preview import (
+    preview_problem,
+    prints_config,
+    refuse_preview_without_profile,
+)
 
 
 @pytest.mark.parametrize(
@@ -40,3 +45,27 @@ def test_train_py_refuses_before_hydra_composes(tmp_path):
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.startswith("error: --resolve shows the config before the run settles")
+
+
+@pytest.mark.parametrize(
+    ("argv", "prints"),
+    [
+        (["--cfg", "job"], True),
+        (["-c", "all", "debug=smoke"], True),
+        (["--cfg=hydra"], True),
+        (["--info", "config"], True),
+        (["debug=smoke", "callbacks=default"], False),  # a run: class defaults read when built
+    ],
+)
+def test_a_printed_config_is_told_from_a_run(argv, prints):
+    assert prints_config(argv) is prints
+
+
+def test_cfg_job_shows_class_defaults_as_values(tmp_path):
+    # --cfg job prints the config unresolved: without the values it showed ${settings_default:…}
+    command = [sys.executable, str(REPO_ROOT / "train.py"), "--cfg", "job"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "settings_default" not in done.stdout
+    data = re.search(r"^data:\n((?:  .*\n)+)", done.stdout, re.MULTILINE).group(1)
+    assert "  strict: false\n" in data and "  persistent_workers: true\n" in data

@@ -15,12 +15,20 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from vramkit.core.config import settings_schemas
+from vramkit.core.config.settings import Settings
 from vramkit.core.hardware.detect import DeviceInfo
+from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.decisions.plan import INFERENCE, TRAIN, VAL
 from vramkit.core.planner.decisions.task_plan import MemoryPlan
 from vramkit.core.planner.errors import DoesNotFitError
 from vramkit.core.run import fit_to_budget as fit_module
-from vramkit.core.run.fit_to_budget import FIT_DECISION, plan_within_budget, write_fit_decision
+from vramkit.core.run.fit_to_budget import (
+    FIT_DECISION,
+    loader_settings,
+    plan_within_budget,
+    write_fit_decision,
+)
 from vramkit.core.run.settle import settle, settled_config
 from vramkit.core.run.train import train
 from vramkit.core.units import GIB
@@ -188,3 +196,20 @@ def test_a_rehearsed_run_writes_what_its_gpu_would_do(compose_config, formula):
     assert data["chosen"] == "gradient checkpointing + 8-bit AdamW"
     assert cfg.model.gradient_checkpointing is False  # the CPU rehearsal runs as requested
     assert cfg.hw.batch_size == 4
+
+
+class _ShortLivedWorkers(Settings):
+    persistent_workers: bool = False
+
+
+def test_loader_settings_read_a_class_default_as_its_value(monkeypatch):
+    # ??? in the data YAML composes as ${settings_default:…}: the planner must see the class's
+    # value, not fall back to its own default (True) because the raw value is no bool
+    monkeypatch.setattr(settings_schemas, "settings_class_of", lambda target: _ShortLivedWorkers)
+    default = "${settings_default:some.DataModule,persistent_workers}"
+    cfg = OmegaConf.create({"data": {"persistent_workers": default, "num_workers": 2}})
+    settings = loader_settings(
+        cfg, HardwareProfile(name="cpu", accelerator="cpu", precision="32-true")
+    )
+    assert settings.persistent_workers is False
+    assert settings.num_workers == 2

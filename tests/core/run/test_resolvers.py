@@ -6,6 +6,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from vramkit.core.config import conf_tree
 from vramkit.core.run import resolvers
 from vramkit.core.run.compose import REPO_ROOT
 
@@ -33,9 +34,9 @@ def test_configs_and_corpora_are_the_packages_files_in_a_wheel_else_the_checkout
     assert resolvers.CONF_DIR == REPO_ROOT / "conf"  # a checkout: no vramkit/conf link needed
     assert resolvers.CORPORA_DIR == REPO_ROOT / "corpora"
     (tmp_path / "corpora").mkdir()  # an installed wheel's vramkit/corpora
-    monkeypatch.setattr(resolvers, "PACKAGE_DIR", tmp_path)
-    assert resolvers.shipped_folder("corpora") == tmp_path / "corpora"
-    assert resolvers.shipped_folder("conf") == REPO_ROOT / "conf"
+    monkeypatch.setattr(conf_tree, "PACKAGE_DIR", tmp_path)  # where shipped_folder looks
+    assert conf_tree.shipped_folder("corpora") == tmp_path / "corpora"
+    assert conf_tree.shipped_folder("conf") == REPO_ROOT / "conf"
 
 
 def test_the_topic_sentences_come_from_the_shipped_corpora(compose_config):

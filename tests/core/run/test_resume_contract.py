@@ -173,6 +173,64 @@ def test_a_checkpoint_without_its_run_folder_is_checked_against_its_contract(
     ]
 
 
+OLD_STYLE_DATA = {
+    "data.train_dir": None,
+    "data.val_dir": None,
+    "data.persistent_workers": True,
+    "data.strict": False,
+}
+"""What conf/data/synthetic_text.yaml wrote for these keys before it left their defaults to the
+settings class (``???`` composed as ``${settings_default:…}``): a run recorded then holds them."""
+
+
+def _old_style(cfg: DictConfig) -> DictConfig:
+    recorded = cfg.copy()
+    for key, value in OLD_STYLE_DATA.items():
+        OmegaConf.update(recorded, key, value)
+    return recorded
+
+
+def test_a_run_folder_recorded_with_the_numbers_resumes_under_the_class_defaults(
+    compose_config, tmp_path
+):
+    composed = compose_config(*FIRST_RUN)
+    assert OmegaConf.is_interpolation(composed.data, "strict")  # what the schema composes
+    checkpoint = _run_folder(tmp_path / "old", _old_style(composed))
+    assert check_resume(compose_config(*FIRST_RUN, f"ckpt_path={checkpoint}")) == ResumeVerdict()
+    changed = compose_config(*FIRST_RUN, f"ckpt_path={checkpoint}", "data.strict=true")
+    with pytest.raises(ConfigError) as refused:
+        check_resume(changed)
+    assert str(refused.value).splitlines()[1:-1] == ["  data.strict: False -> True"]
+
+
+def test_a_contract_written_with_the_numbers_resumes_under_the_class_defaults(
+    compose_config, tmp_path
+):
+    first = compose_config(*FIRST_RUN)
+    contract = run_contract(first, _settled(first, batch_size=4).profile)
+    # recorded as values: the contract says what trained even if a class default changes later
+    assert contract["settings"]["data.strict"] is False
+    assert contract["settings"]["data.train_dir"] is None
+    contract["settings"].update(OLD_STYLE_DATA)
+    state = {"state_dict": _model(first).state_dict(), "pytorch-lightning_version": "2.6.6"}
+    copied = tmp_path / "copied.ckpt"
+    torch.save({**state, "epoch": 0, "global_step": 4, CONTRACT_KEY: contract}, copied)
+    assert check_resume(compose_config(*FIRST_RUN, f"ckpt_path={copied}")) == ResumeVerdict()
+    changed = compose_config(*FIRST_RUN, f"ckpt_path={copied}", "data.train_dir=/elsewhere")
+    with pytest.raises(ConfigError) as refused:
+        check_resume(changed)
+    assert str(refused.value).splitlines()[1:-1] == ["  data.train_dir: None -> /elsewhere"]
+
+
+def test_a_recorded_class_default_compares_by_value_but_a_foreign_one_as_written(tmp_path):
+    default = "${settings_default:vramkit.tasks.text_detection.datamodule.TextDetectionDataModule,"
+    recorded = {"data": {"strict": default + "strict}", "seed": "${settings_default:os.path,x}"}}
+    current = OmegaConf.create({"data": {"strict": False, "seed": 1}})
+    assert exactness_changes(recorded, current) == [
+        ("data.seed", "${settings_default:os.path,x}", 1)
+    ]
+
+
 def _settled(cfg: DictConfig, *, batch_size: int, accumulate: int = 1) -> Settlement:
     profile = load_profile_file(REPO_ROOT / "conf" / "hw" / "cpu.yaml", display_root=REPO_ROOT)
     return Settlement(

@@ -14,17 +14,32 @@ from typing import Any
 import lightning as L
 import torch
 
+from vramkit.core.config.settings import Settings
+
+
+class ActivationOffloadSettings(Settings):
+    """The keys of ``callbacks.activation_offload`` (conf/callbacks/activation_offload.yaml)."""
+
+    enabled: bool = False
+    """Offload what the forward pass saves for backward to host memory."""
+    pin_memory: bool = True
+    """Pinned host copies (faster, asynchronous); ignored without CUDA."""
+
 
 class ActivationOffload(L.Callback):
     """Enter ``save_on_cpu`` before each training batch's forward, leave it before backward.
 
     ``enabled`` switches it on; ``pin_memory`` pins the host copies (faster, asynchronous copies;
-    ignored without CUDA, where there is nothing to pin for).
+    ignored without CUDA, where there is nothing to pin for). Its keys are the fields of
+    `ActivationOffloadSettings`, kept validated in ``self.settings``.
     """
 
-    def __init__(self, *, enabled: bool = False, pin_memory: bool = True) -> None:
-        self.enabled = enabled
-        self.pin_memory = pin_memory
+    settings_class = ActivationOffloadSettings
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = ActivationOffloadSettings.for_component(type(self), settings)
+        self.enabled = self.settings.enabled
+        self.pin_memory = self.settings.pin_memory
         self._offloading: Any = None
 
     def nothing_to_do(self, trainer: L.Trainer, datamodule: Any) -> str | None:

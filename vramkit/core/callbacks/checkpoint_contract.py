@@ -2,7 +2,8 @@
 
 The contract (:data:`CONTRACT_KEY` in the checkpoint dictionary) holds the settings that make a
 resumed run continue the checkpoint's exactly: the run's composed settings that decide what trains
-(model, optimizer, schedule, data, seed, clipping, accumulation as the user set them, unresolved),
+(model, optimizer, schedule, data, seed, clipping, accumulation as the user set them, unresolved
+but for class defaults, ``${settings_default:…}``, recorded as values),
 the batch as settled (samples per device and batch, batches accumulated, processes, precision)
 and the number of training samples. A checkpoint copied away from its run folder is checked
 against it (`vramkit.core.run.resume_contract`); this callback writes it and, on a resume,

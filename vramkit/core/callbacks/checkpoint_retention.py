@@ -82,9 +82,7 @@ class CheckpointRetention(L.Callback):
     settings_class = CheckpointRetentionSettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = CheckpointRetentionSettings.from_node(
-            settings, node="callbacks.checkpoint_retention"
-        )
+        self.settings = CheckpointRetentionSettings.for_component(type(self), settings)
         self.pruned: list[PrunedFile] = []
         self.removed_partial_writes: list[str] = []
         self._folder: Path | None = None

@@ -93,7 +93,7 @@ class FiniteGuard(L.Callback):
     settings_class = FiniteGuardSettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = FiniteGuardSettings.from_node(settings, node="callbacks.finite_guard")
+        self.settings = FiniteGuardSettings.for_component(type(self), settings)
         self.non_finite_in_a_row = 0
         self.skipped_steps = 0  # optimizer steps skipped by skip_step or rollback
         self.rollbacks = 0

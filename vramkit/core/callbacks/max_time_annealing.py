@@ -54,9 +54,7 @@ class MaxTimeAnnealing(L.Callback):
     settings_class = MaxTimeAnnealingSettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = MaxTimeAnnealingSettings.from_node(
-            settings, node="callbacks.max_time_annealing"
-        )
+        self.settings = MaxTimeAnnealingSettings.for_component(type(self), settings)
         self._timer: Timer | None = None
         self._schedulers: list[WarmupDecayLR] = []
         self._start_step = 0

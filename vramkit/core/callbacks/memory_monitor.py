@@ -126,7 +126,7 @@ class MemoryMonitor(L.Callback):
     settings_class = MemoryMonitorSettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = MemoryMonitorSettings.from_node(settings, node="callbacks.memory_monitor")
+        self.settings = MemoryMonitorSettings.for_component(type(self), settings)
         self.gauge: HostGauge | None = None  # set at the start of fit when the guard is on
         self._read_at = -math.inf  # time.monotonic() of the guard's last reading
         self._steps = 0  # training steps the guard has seen

@@ -46,7 +46,7 @@ class RunModelSummary(RichModelSummary):
     settings_class = RunModelSummarySettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = RunModelSummarySettings.from_node(settings, node="callbacks.model_summary")
+        self.settings = RunModelSummarySettings.for_component(type(self), settings)
         super().__init__(max_depth=self.settings.max_depth)
         self._waiting = False  # the summary waits for the first training step
         self._counter: FlopCounterMode | None = None

@@ -10,10 +10,12 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import RichProgressBar
+from pydantic import Field
 
 from vramkit.core.callbacks.batch_hooks import switch_batch_hook
 from vramkit.core.callbacks.console_output import console_is_live
 from vramkit.core.compat import lightning_private
+from vramkit.core.config.settings import Settings
 from vramkit.core.hardware.memory_stats import read_host_memory
 from vramkit.core.units import GIB, gib
 
@@ -53,6 +55,17 @@ def current_learning_rate(trainer: L.Trainer) -> float | None:
 _BATCH_HOOKS = ("on_train_batch_end", "on_validation_batch_end")
 
 
+class RunProgressBarSettings(Settings):
+    """The keys of ``callbacks.progress_bar`` (conf/callbacks/progress_bar.yaml)."""
+
+    refresh_rate: int = Field(10, ge=0)
+    """Redraws per second; 0 hides the bar."""
+    leave: bool = False
+    """Keep each finished epoch's bar on screen."""
+    metrics_interval_s: float = Field(0.5, ge=0)
+    """Seconds between two readings of the metrics, lr, memory and ETA (on a GPU each waits)."""
+
+
 class RunProgressBar(RichProgressBar):
     """Lightning's rich progress bar plus ``eta`` (the whole fit), ``lr`` and ``mem``.
 
@@ -75,33 +88,29 @@ class RunProgressBar(RichProgressBar):
     there the bar is disabled at setup, its batch hooks are not called, and
     ``callbacks.progress_line`` (progress_line.py) logs the progress at a steady interval.
 
-    Args:
-        refresh_rate: redraws per second (0 hides the bar).
-        leave: keep each finished epoch's bar on screen.
-        metrics_interval_s: seconds between two readings of the metrics, lr, memory and ETA.
-        console_kwargs: passed to ``rich.console.Console``.
+    Its keys are the fields of `RunProgressBarSettings`, given as keyword arguments and kept
+    validated in ``self.settings`` (see `vramkit.core.config.settings`); ``console_kwargs``,
+    no config key, is passed to ``rich.console.Console``.
     """
 
-    def __init__(
-        self,
-        refresh_rate: int = 10,
-        leave: bool = False,
-        metrics_interval_s: float = 0.5,
-        console_kwargs: dict[str, Any] | None = None,
-    ) -> None:
-        if metrics_interval_s < 0:
-            raise ValueError(
-                f"RunProgressBar: metrics_interval_s must be ≥ 0 s, got {metrics_interval_s!r}"
-            )
-        super().__init__(refresh_rate=refresh_rate, leave=leave, console_kwargs=console_kwargs)
-        self.metrics_interval_s = metrics_interval_s
+    settings_class = RunProgressBarSettings
+
+    def __init__(self, console_kwargs: dict[str, Any] | None = None, **settings: Any) -> None:
+        self.settings = RunProgressBarSettings.for_component(type(self), settings)
+        super().__init__(
+            refresh_rate=self.settings.refresh_rate,
+            leave=self.settings.leave,
+            console_kwargs=console_kwargs,
+        )
+        self.metrics_interval_s = self.settings.metrics_interval_s
         self._cached: dict[str, Any] | None = None
         self._cached_at = -math.inf
         self._fit_started_at: float | None = None
         self._first_step = 0
         self._total_steps = math.inf
         self._moved_at = -math.inf
-        self._move_interval_s = 1.0 / refresh_rate if refresh_rate > 0 else math.inf
+        rate = self.settings.refresh_rate
+        self._move_interval_s = 1.0 / rate if rate > 0 else math.inf
         self._epoch_batches = math.inf  # training batches of the current epoch
         self._last_step_lr: float | torch.Tensor | None = None  # the rate the last step used
 

@@ -71,7 +71,7 @@ class ProgressLine(L.Callback):
     settings_class = ProgressLineSettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = ProgressLineSettings.from_node(settings, node="callbacks.progress_line")
+        self.settings = ProgressLineSettings.for_component(type(self), settings)
         self._clock = time.monotonic
         self._started_at = 0.0
         self._first_step = 0

@@ -90,7 +90,7 @@ class ResumeCheckpoint(ModelCheckpoint):
     settings_class = ResumeCheckpointSettings
 
     def __init__(self, **settings: Any) -> None:
-        settings = ResumeCheckpointSettings.from_node(settings, node="callbacks.last_checkpoint")
+        settings = ResumeCheckpointSettings.for_component(type(self), settings)
         try:
             signals = parse_signals(settings.stop_signals)
         except ValueError as error:

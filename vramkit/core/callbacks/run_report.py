@@ -53,7 +53,7 @@ class RunReport(L.Callback):
     settings_class = RunReportSettings
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = RunReportSettings.from_node(settings, node="callbacks.run_report")
+        self.settings = RunReportSettings.for_component(type(self), settings)
         self.report_path: Path | None = None  # set once a report was written (for tests, logs)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -37,9 +37,11 @@ from typing import Any, Protocol
 import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
+from pydantic import Field
 from torch.utils.flop_counter import FlopCounterMode
 
 from vramkit.core.compat import lightning_private, torch_private
+from vramkit.core.config.settings import Settings
 from vramkit.core.data.batches import batch_size_of
 from vramkit.core.tables import render_table
 
@@ -156,56 +158,47 @@ class _TrainTotals:
         )
 
 
+class ThroughputMonitorSettings(Settings):
+    """The keys of ``callbacks.throughput_monitor`` (conf/callbacks/throughput_monitor.yaml)."""
+
+    peak_tflops: float | None = Field(None, gt=0)
+    """The device's peak TFLOPS for the run's precision; wins over the per-precision values;
+    null: the value of the run's precision below."""
+    peak_tflops_fp16: float | None = Field(None, gt=0)
+    """Dense fp16 peak TFLOPS (used under 16-mixed / 16-true)."""
+    peak_tflops_bf16: float | None = Field(None, gt=0)
+    """Dense bf16 peak TFLOPS (used under bf16-mixed / bf16-true)."""
+    peak_tflops_fp32: float | None = Field(None, gt=0)
+    """fp32 peak TFLOPS (used under 32-true); null: no perf/mfu."""
+    warmup_steps: int = Field(1, ge=1)
+    """First training steps left out of every statistic (allocator warm-up, cuDNN autotuning,
+    and the step whose FLOPs are counted, which is never a clean timing)."""
+    summary_window: int = Field(10_000, ge=1)
+    """Recent training steps the end-of-run percentiles cover."""
+
+
 class ThroughputMonitor(L.Callback):
     """Logs ``perf/*`` throughput metrics during fit and a summary table at its end.
 
-    Args:
-        peak_tflops: the device's peak TFLOPS for the run's precision; when given it wins over
-            the per-precision values below.
-        peak_tflops_fp16: the profile's dense fp16 peak (used under 16-mixed / 16-true).
-        peak_tflops_bf16: the profile's dense bf16 peak (used under bf16-mixed / bf16-true).
-        peak_tflops_fp32: the profile's fp32 peak (used under 32-true).
-        warmup_steps: first training steps of the run left out of every statistic (allocator
-            warm-up, cuDNN autotuning, and the step whose FLOPs are counted).
-        summary_window: how many recent training steps the end-of-run percentiles cover.
+    Its keys are the fields of `ThroughputMonitorSettings`, given as keyword arguments and kept
+    validated in ``self.settings`` (see `vramkit.core.config.settings`).
 
     Without a peak for the run's precision (the CPU profile has none), or for a compiled model,
     ``perf/mfu`` is not reported, FLOPs are not counted, and the run says so once.
     """
 
-    def __init__(
-        self,
-        peak_tflops: float | None = None,
-        peak_tflops_fp16: float | None = None,
-        peak_tflops_bf16: float | None = None,
-        peak_tflops_fp32: float | None = None,
-        warmup_steps: int = 1,
-        summary_window: int = 10_000,
-    ) -> None:
-        peaks = {
-            "peak_tflops": peak_tflops,
-            "peak_tflops_fp16": peak_tflops_fp16,
-            "peak_tflops_bf16": peak_tflops_bf16,
-            "peak_tflops_fp32": peak_tflops_fp32,
-        }
-        for key, value in peaks.items():
-            if value is not None and not (isinstance(value, int | float) and value > 0):
-                raise ValueError(f"ThroughputMonitor: {key} must be a TFLOPS value > 0 or null")
-        if not isinstance(warmup_steps, int) or warmup_steps < 1:
-            # the first step is the one whose FLOPs are counted: it is never a clean timing
-            raise ValueError(f"ThroughputMonitor: warmup_steps must be ≥ 1, got {warmup_steps!r}")
-        if not isinstance(summary_window, int) or summary_window < 1:
-            raise ValueError(
-                f"ThroughputMonitor: summary_window must be ≥ 1, got {summary_window!r}"
-            )
-        self.peak_tflops = peak_tflops
+    settings_class = ThroughputMonitorSettings
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = ThroughputMonitorSettings.for_component(type(self), settings)
+        self.peak_tflops = self.settings.peak_tflops
         self.peaks_by_precision = {
-            "fp16": peak_tflops_fp16,
-            "bf16": peak_tflops_bf16,
-            "fp32": peak_tflops_fp32,
+            "fp16": self.settings.peak_tflops_fp16,
+            "bf16": self.settings.peak_tflops_bf16,
+            "fp32": self.settings.peak_tflops_fp32,
         }
-        self.warmup_steps = warmup_steps
-        self.summary_window = summary_window
+        self.warmup_steps = self.settings.warmup_steps
+        self.summary_window = self.settings.summary_window
         self.flops_per_batch: int | None = None
         """Forward + backward FLOPs of one training batch (per device), counted once."""
         self.summary: dict[str, float] = {}

@@ -10,10 +10,11 @@ one here could run work (a profile's value) that the early check must not.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from hydra.utils import get_object
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from vramkit.core.config.legacy_targets import current_target
 from vramkit.core.config.schema import ConfigError, settings_error, settings_heading
@@ -73,13 +74,17 @@ def check_component_settings(cfg: DictConfig) -> None:
 
 def _unknown_yet(node: DictConfig, key: str) -> bool:
     """Whether the value of `key` is missing (``???``) or is or holds an interpolation: known
-    only once resolved, which the early check must not do."""
-    if OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key):
+    only once resolved, which the early check must not do. A class default
+    (``${settings_default:…}``, `vramkit.core.config.settings_schemas`) is known: reading it
+    imports the component's module, which this check has imported already."""
+    if OmegaConf.is_missing(node, key):
         return True
-    value = node[key]
-    if isinstance(value, DictConfig | ListConfig):
-        return "${" in str(OmegaConf.to_container(value, resolve=False))
-    return False
+    raw = OmegaConf.to_container(node, resolve=False)[key]
+    return _OTHER_INTERPOLATION.search(str(raw)) is not None
+
+
+_OTHER_INTERPOLATION = re.compile(r"\$\{(?!settings_default:)")
+"""An interpolation that is no class default."""
 
 
 def _source(key: str) -> ConfigSource:

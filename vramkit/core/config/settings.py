@@ -15,12 +15,13 @@ A component names its settings class in ``settings_class``, takes its keys as ke
         settings_class = CheckpointRetentionSettings
 
         def __init__(self, **settings: Any) -> None:
-            self.settings = CheckpointRetentionSettings.from_node(
-                settings, node="callbacks.checkpoint_retention"
-            )
+            self.settings = CheckpointRetentionSettings.for_component(type(self), settings)
 
-``from_node`` names the config node once: the keys as the user types them
-(``callbacks.checkpoint_retention.keep_last``) and the file and overrides they came from follow.
+``for_component`` finds the component's config node in the config tree (the ``_target_`` that
+names its class, `vramkit.core.config.conf_tree.node_of`): the keys as the user types them
+(``callbacks.checkpoint_retention.keep_last``) and the file and overrides they came from follow,
+and no component writes its node's name. The defaults live here only: the config file holds
+``???`` for them (`vramkit.core.config.settings_schemas`).
 
 Pydantic validates; `from_config` only translates its errors into one `ConfigError` in the
 project's wording (key as the user types it, the file, the override that set it, the closest valid
@@ -48,6 +49,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
+from vramkit.core.config.conf_tree import node_of
 from vramkit.core.config.schema import (
     ConfigError,
     Problem,
@@ -144,8 +146,20 @@ class Settings(BaseModel):
             values, key_prefix=f"{node}.", source=source_of(group, node=name or None)
         )
 
+    @classmethod
+    def for_component(cls, component: type, values: Mapping[str, Any] | DictConfig) -> Self:
+        """`from_node` at the config node whose ``_target_`` builds `component` (or its nearest
+        configured base class); a component no config names has its keys addressed bare, under
+        the heading "invalid <class> settings"."""
+        node = node_of(component)
+        if node is None:
+            return cls.from_config(
+                values, key_prefix="", title=f"invalid {component.__name__} settings"
+            )
+        return cls.from_node(values, node=node)
 
-def _field_limits(info: FieldInfo) -> dict[str, Any]:
+
+def field_limits(info: FieldInfo) -> dict[str, Any]:
     """The numeric constraints of a field as a mapping: ``Field(ge=1)`` -> ``{"ge": 1}``; those
     of its items too (``tuple[Annotated[int, Field(ge=1)], ...]``)."""
     constraints = list(info.metadata)
@@ -245,7 +259,7 @@ def _problem(
     if "missing" in kinds:
         return f"missing (a required {describe_type(info.annotation)})"
     given = _given(values, path)
-    limits = _field_limits(info)
+    limits = field_limits(info)
     if kinds & _RANGE_ERRORS:
         if isinstance(given, list | tuple):
             return f"every value must be {bounds_in_words(info.annotation, limits)}, got {given}"

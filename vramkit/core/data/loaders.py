@@ -14,6 +14,11 @@ from vramkit.core.data.loader_workers import init_loader_worker
 from vramkit.core.data.resumable_loader import EpochOrder, ResumableDataLoader, ResumableOrder
 from vramkit.core.data.sample_seeds import SeededSamples
 
+DEFAULT_NUM_WORKERS = 0
+"""Loader worker processes where nothing says otherwise (a hardware profile, ``data.num_workers``,
+a caller): 0 loads in the training process, which works on every machine. The one place this
+default is written; every other ``num_workers`` default reads it."""
+
 
 class LoaderSettings(Settings):
     """The ``data.*`` keys of every task's loaders (the hardware profile usually sets them)."""
@@ -22,7 +27,7 @@ class LoaderSettings(Settings):
     """Training samples per step and device."""
     val_batch_size: int = Field(8, gt=0)
     """Validation samples per step and device."""
-    num_workers: int = Field(0, ge=0)
+    num_workers: int = Field(DEFAULT_NUM_WORKERS, ge=0)
     """Loader worker processes; 0 loads in the training process."""
     pin_memory: bool = False
     """Page-locked host memory for faster host-to-GPU copies."""

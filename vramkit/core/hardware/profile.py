@@ -23,6 +23,7 @@ from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import ConfigSource
 from vramkit.core.config.source import override_key as override_key
+from vramkit.core.data.loaders import DEFAULT_NUM_WORKERS
 
 AUTO = "auto"
 """Batch-size value meaning: let vramkit choose (today: the data config's stated default)."""
@@ -95,8 +96,8 @@ class HardwareProfile(Settings):
     """Lightning precision: 16-mixed on sm_75, bf16-mixed where bf16 is native, 32-true on CPU."""
     memory_budget_fraction: float = Field(0.85, gt=0, le=1)
     """Share of `memory_gib` a run may plan to use, in (0, 1]; the rest is headroom."""
-    num_workers: int = Field(2, ge=0)
-    """DataLoader worker processes (≥ 0)."""
+    num_workers: int = Field(DEFAULT_NUM_WORKERS, ge=0)
+    """DataLoader worker processes (≥ 0); each profile file states its own count."""
     pin_memory: bool = False
     """Page-locked host memory for faster host-to-GPU copies."""
     compile: bool = False

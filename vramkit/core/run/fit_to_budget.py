@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from vramkit.core.config.settings_schemas import with_class_defaults
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.core.planner.decisions.auto_fit import FitDecision, choose_fit
@@ -263,9 +264,11 @@ def size_for_host_memory(
 
 
 def loader_settings(cfg: DictConfig, profile: HardwareProfile) -> LoaderSettings:
-    """The run's loader settings: the data config's own values, else the profile's."""
+    """The run's loader settings: the data config's own values (a class default as its value:
+    `with_class_defaults`), else the profile's."""
     data = cfg.get("data")
-    raw = OmegaConf.to_container(data, resolve=False) if isinstance(data, DictConfig) else {}
+    plain = OmegaConf.to_container(data, resolve=False) if isinstance(data, DictConfig) else {}
+    raw = with_class_defaults(plain)
     workers = raw.get("num_workers")
     pin = raw.get("pin_memory")
     prefetch = raw.get("prefetch_factor")

@@ -15,36 +15,31 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from vramkit.core.config.conf_tree import CONF_DIR, PACKAGE_DIR, REPO_ROOT, shipped_folder
+from vramkit.core.config.settings_schemas import register_settings_schemas
 from vramkit.core.run.run_folder import record_name, run_folder
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-"""The repository (an editable install's checkout): where ``conf/`` lives."""
-
-PACKAGE_DIR = Path(__file__).resolve().parents[2]
-"""The ``vramkit`` package folder."""
-
-
-def shipped_folder(name: str) -> Path:
-    """The folder ``name`` of the repository (``conf``, ``corpora``) as this vramkit has it: the
-    wheel ships it as package files, ``vramkit/<name>`` (pyproject.toml's ``package-dir``
-    mapping, setup.py); a checkout, an editable install included, has it at the top."""
-    packaged = PACKAGE_DIR / name
-    return packaged if packaged.is_dir() else REPO_ROOT / name
-
-
-CONF_DIR = shipped_folder("conf")
-"""The config tree: ``conf/`` of a checkout, or ``vramkit/conf`` of an installed wheel."""
+__all__ = [
+    "CONF_DIR",
+    "CORPORA_DIR",
+    "PACKAGE_DIR",
+    "REPO_ROOT",
+    "optuna_direction",
+    "project_root",
+    "register_resolvers",
+]
 
 CORPORA_DIR = shipped_folder("corpora")
 """The small corpora: ``corpora/`` of a checkout, or ``vramkit/corpora`` of an installed wheel."""
 
 
 def register_resolvers() -> None:
-    """Register the config's resolvers with OmegaConf (idempotent)."""
+    """Register the config's resolvers with OmegaConf, and its settings schemas with Hydra's
+    ConfigStore (`register_settings_schemas`), which every composition needs (idempotent)."""
+    register_settings_schemas()
     if not OmegaConf.has_resolver("project_root"):
         OmegaConf.register_new_resolver("project_root", project_root)
     if not OmegaConf.has_resolver("conf_dir"):

@@ -20,7 +20,9 @@ every checkpoint by `vramkit.core.callbacks.checkpoint_contract.CheckpointContra
 checkpoint copied without its run folder is checked too; a checkpoint written before contracts
 existed is compared with the newest config its run folder recorded, read as data (a run folder's
 files are never resolved: an edited ``task_name: ${run_folder:/any/path}`` must create nothing).
-Both are unresolved, as composed: ``${hw.batch_size}`` compares equal to itself. What the profile
+Both are unresolved, as composed: ``${hw.batch_size}`` compares equal to itself; only a class
+default (``${settings_default:…}``) is read as its value, on both sides, so a run recorded with
+the numbers before the YAML left them to the settings classes resumes unchanged. What the profile
 settles is compared after settling (`keep_trained_batch`, called by ``train()``): the samples per
 optimizer step (per-device batch × accumulation × processes) are kept (batch 4 → batch 1 × 4
 accumulated when this machine fits less), and a change of processes or precision is refused in one
@@ -52,6 +54,7 @@ from vramkit.core.callbacks.checkpoint_contract import CONTRACT_KEY
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import Settings
+from vramkit.core.config.settings_schemas import OWN_COMPONENTS, with_class_defaults
 from vramkit.core.config.source import ConfigSource, command_line_overrides, override_key
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.io.checkpoint_io import UnreadableCheckpointError, read_checkpoint
@@ -223,8 +226,9 @@ def exactness_changes(
 ) -> list[tuple[str, Any, Any]]:
     """``(key, old, new)`` for each leaf under `COMPOSED_KEYS` that differs between the settings
     a checkpoint was trained with (a contract's flat ``{key: value}``, or a recorded config) and
-    ``current`` (unresolved: interpolations compare as written); a missing key reads `_ABSENT`."""
-    old = trained if isinstance(trained, dict) else _leaves(trained)
+    ``current`` (unresolved: interpolations compare as written, but for a class default, which
+    compares by value, `_leaves`); a missing key reads `_ABSENT`."""
+    old = _leaves(trained)
     new = _leaves(current)
     return [
         (key, old.get(key, _ABSENT), new.get(key, _ABSENT))
@@ -234,8 +238,10 @@ def exactness_changes(
 
 
 def composed_settings(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
-    """The leaves of ``cfg`` under `COMPOSED_KEYS`, unresolved (``{"model.optimizer.lr": …}``):
-    the composed part of a checkpoint's contract."""
+    """The leaves of ``cfg`` under `COMPOSED_KEYS`, unresolved but for class defaults, which are
+    recorded as values (``{"model.optimizer.lr": …}``): the composed part of a checkpoint's
+    contract, which then compares with one written before the schemas and still says what the
+    run trained when a class default changes later."""
     return {key: value for key, value in _leaves(cfg).items() if _breaks_exactness(key)}
 
 
@@ -251,7 +257,15 @@ def _breaks_exactness(key: str) -> bool:
 
 
 def _leaves(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
-    container = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=False)
+    """The leaves of a composed config (``DictConfig``) or of a record read as data (a dict: a
+    contract's flat settings, a run folder's config), as dotted keys. Only class defaults
+    (``${settings_default:…}``, `with_class_defaults`) are resolved, on both sides, so a run
+    recorded with the numbers compares equal to the same run composed under the schemas; a
+    record's only from vramkit's own components (`OWN_COMPONENTS`)."""
+    if isinstance(cfg, dict):
+        container = with_class_defaults(cfg, OWN_COMPONENTS)
+    else:
+        container = with_class_defaults(OmegaConf.to_container(cfg, resolve=False))
     return dict(_walk(container, ""))
 
 

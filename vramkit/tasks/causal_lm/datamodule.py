@@ -113,7 +113,7 @@ class CausalLMDataModule(TokenizedJsonlDataModule):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__()
-        self.settings = CausalLMDataSettings.from_node(settings, node="data")
+        self.settings = CausalLMDataSettings.for_component(type(self), settings)
 
     def setup(self, stage: str | None = None) -> None:
         """Load the tokenizer and tokenize the splits; later calls reuse them."""

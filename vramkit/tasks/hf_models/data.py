@@ -14,7 +14,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from vramkit.core.data.loaders import build_loader
+from vramkit.core.data.loaders import DEFAULT_NUM_WORKERS, build_loader
 
 TOKEN_TASKS = ("causal_lm", "masked_lm", "seq_cls")
 _IGNORED = -100  # what Hugging Face losses skip
@@ -95,7 +95,7 @@ class _RandomDataModule(L.LightningDataModule):
         val_batch_size: int,
         train_size: int,
         val_size: int,
-        num_workers: int = 0,
+        num_workers: int = DEFAULT_NUM_WORKERS,
         pin_memory: bool = False,
         seed: int = 0,
     ) -> None:

@@ -46,7 +46,7 @@ class ArcDataModule(L.LightningDataModule, abc.ABC):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__()
-        self.settings = self.settings_class.from_node(settings, node="data")
+        self.settings = self.settings_class.for_component(type(self), settings)
         self.data_settings = self.settings.data_settings()
         self.train_examples: list[ArcExample] | None = None
         self.val_examples: list[ArcExample] | None = None

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from vramkit.core.config.instantiate import instantiate
+from vramkit.core.data.loaders import DEFAULT_NUM_WORKERS
 from vramkit.core.run.settle import log_decisions, settle, settled_config
 from vramkit.core.units import GIB
 from vramkit.tasks.sage.arc_batching import grid_loader
@@ -66,7 +67,7 @@ def extract_teacher_features(
     device: torch.device,
     autocast_dtype: torch.dtype | None = None,
     batch_size: int = 16,
-    num_workers: int = 0,
+    num_workers: int = DEFAULT_NUM_WORKERS,
 ) -> dict[str, Any]:
     """Write the cache of ``teacher`` (described by ``teacher_info``, which holds its sha256)
     for ``datamodule``'s data; returns the manifest."""

@@ -137,7 +137,7 @@ class TextClassificationDataModule(TokenizedJsonlDataModule):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__()
-        self.settings = TextClassificationDataSettings.from_node(settings, node="data")
+        self.settings = TextClassificationDataSettings.for_component(type(self), settings)
         settings = self.settings
         self.paths = {
             key: getattr(settings, key) for key in _USER_FILES if getattr(settings, key) is not None

@@ -139,7 +139,7 @@ class TextDetectionDataModule(L.LightningDataModule):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__()
-        self.settings = TextDetectionDataSettings.from_node(settings, node="data")
+        self.settings = TextDetectionDataSettings.for_component(type(self), settings)
         settings = self.settings
         # With synthetic data, the folders are known once the dataset is rendered.
         self.train_dir = settings.train_dir

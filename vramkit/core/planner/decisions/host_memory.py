@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from vramkit.core.data.loaders import DEFAULT_NUM_WORKERS
 from vramkit.core.hardware.memory_stats import HostRoom, read_host_memory, read_host_room
 from vramkit.core.planner.decisions.plan import TRAIN, VAL, MemoryPlanner, largest_fitting
 from vramkit.core.planner.tracing.recorder import GRADIENTS, OPTIMIZER_STATE, PARAMETERS
@@ -95,7 +96,7 @@ class LoaderMemory:
     """One collated batch at the phase's batch size."""
     dataset_bytes: int
     """The phase's dataset as a worker's copy holds it (its pickled size)."""
-    num_workers: int = 0
+    num_workers: int = DEFAULT_NUM_WORKERS
     prefetch_factor: int = DEFAULT_PREFETCH_FACTOR
     pin_memory: bool = False
 
