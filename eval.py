@@ -8,14 +8,14 @@ with long_lived_imports(freeze=__name__ == "__main__"):
     import hydra
     from omegaconf import DictConfig
 
-    from vramkit.core.run.config_preview import (
+    from vramkit.core.run.evaluate import evaluate
+    from vramkit.core.run.refusal.override_typos import did_you_mean_on_refusal
+    from vramkit.core.run.refusal.refusals import refusals_as_messages
+    from vramkit.core.run.settling.config_preview import (
         refuse_preview_without_profile,
         show_class_defaults,
     )
-    from vramkit.core.run.evaluate import evaluate
-    from vramkit.core.run.override_typos import did_you_mean_on_refusal
-    from vramkit.core.run.refusals import refusals_as_messages
-    from vramkit.core.run.resolvers import register_resolvers
+    from vramkit.core.run.settling.resolvers import register_resolvers
 
 register_resolvers()  # before Hydra composes: run folders and paths are read through them
 

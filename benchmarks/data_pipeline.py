@@ -7,7 +7,8 @@ images (1280×720), the training dataset is built by the project's own data conf
 - ``in_process`` (the headline ``samples_per_core_s``): ``dataset[i]`` in this process on one
   thread: decode, augmentation, target maps, tensors: the work of a worker core. Samples leave
   the worker compact (uint8 image and binary maps, 4.1 MB at 640 px); the float conversion and
-  normalisation happen on the device (``vramkit.tasks.text_detection.device_inputs``), not here.
+  normalisation happen on the device (``vramkit.tasks.text_detection.data.device_inputs``), not
+  here.
 - ``loader``: the real ``DataLoader`` with one persistent worker process, batching and the
   transfer of each batch to the main process through shared memory included; samples per
   CPU-second of that worker, read from ``/proc`` (Linux), its start-up and first batch left
@@ -39,7 +40,7 @@ from omegaconf import OmegaConf
 from benchmarks.configs import compose_run_config, quiet_libraries
 from benchmarks.record import RESULTS_DIR, TOY_ICDAR_DIR, write_result
 from vramkit.core.config.instantiate import instantiate
-from vramkit.tasks.text_detection.icdar_folder import DataWarning
+from vramkit.tasks.text_detection.data.icdar_folder import DataWarning
 
 CROP_SIDE = 640  # px
 TARGET_PER_CORE = 40.0  # samples/s

@@ -82,8 +82,8 @@ def plan_once(case: Case, kind: str, data_dir: Path) -> dict:
     from vramkit.api import load_profile
     from vramkit.core.planner import plan_task
     from vramkit.core.planner.decisions.inference_plan import plan_inference_batch_size
-    from vramkit.core.run.compose import compose_config
-    from vramkit.core.run.plan_request_from_config import plan_request
+    from vramkit.core.run.settling.compose import compose_config
+    from vramkit.core.run.settling.plan_request_from_config import plan_request
     from vramkit.core.units import GIB
 
     with tempfile.TemporaryDirectory() as output_dir:

@@ -7,7 +7,7 @@ self-intersecting, zero-area or repeated-point; most detections are jittered cop
 truth, so IoUs spread around 0.5). Each side runs as its own process from the command line, so
 interpreter start-up, imports and zip reading are included:
 
-- vramkit: ``python -m vramkit.tasks.text_detection.evaluate gt.zip submit.zip``;
+- vramkit: ``python -m vramkit.tasks.text_detection.evaluation.evaluate gt.zip submit.zip``;
 - reference: ``tests/tasks/text_detection/rrc_reference.py -g=gt.zip -s=submit.zip``, a literal
   replay of the script's algorithm with the Polygon library (``pip install Polygon3``), every
   gt x detection pair through ``Polygon & Polygon`` as the script does.
@@ -138,7 +138,7 @@ def run(
         fast_command = [
             sys.executable,
             "-m",
-            "vramkit.tasks.text_detection.evaluate",
+            "vramkit.tasks.text_detection.evaluation.evaluate",
             str(gt_zip),
             str(submit_zip),
         ]

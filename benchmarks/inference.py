@@ -37,10 +37,13 @@ import torch
 from benchmarks.configs import quiet_libraries
 from benchmarks.record import usable_cores, write_result
 from vramkit.core.config.instantiate import instantiate
-from vramkit.core.run.compose import compose_config
-from vramkit.tasks.text_detection.onnx_export import INPUT_NAME, export_dbnet
-from vramkit.tasks.text_detection.onnx_inference import make_session
-from vramkit.tasks.text_detection.onnx_quantize import quantize_dynamic_int8, quantize_static_qdq
+from vramkit.core.run.settling.compose import compose_config
+from vramkit.tasks.text_detection.export.onnx_export import INPUT_NAME, export_dbnet
+from vramkit.tasks.text_detection.export.onnx_inference import make_session
+from vramkit.tasks.text_detection.export.onnx_quantize import (
+    quantize_dynamic_int8,
+    quantize_static_qdq,
+)
 
 SIZES = {"640x640": (640, 640), "1280x736": (736, 1280)}  # name → (height, width) px
 MODELS = ("dbnet_tiny", "dbnet_r18")

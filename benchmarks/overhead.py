@@ -41,9 +41,9 @@ from omegaconf import DictConfig
 
 from benchmarks.configs import compose_run_config, quiet_libraries
 from benchmarks.record import RESULTS_DIR, write_result
-from vramkit.core.callbacks.working_set import keep_working_callbacks
 from vramkit.core.config.instantiate import instantiate, instantiate_group
-from vramkit.tasks.text_detection.device_inputs import to_model_inputs
+from vramkit.core.trainer_assembly.working_set import keep_working_callbacks
+from vramkit.tasks.text_detection.data.device_inputs import to_model_inputs
 
 TARGET_OVERHEAD_PCT = 5.0
 OVERRIDES = (

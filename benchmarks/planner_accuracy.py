@@ -31,9 +31,9 @@ from benchmarks.record import REPO_ROOT, write_result
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner import plan_task
-from vramkit.core.run.compose import CONF_DIR, compose_config
-from vramkit.core.run.plan_request_from_config import plan_request
-from vramkit.core.run.resolve_hardware import requested_profile
+from vramkit.core.run.settling.compose import CONF_DIR, compose_config
+from vramkit.core.run.settling.plan_request_from_config import plan_request
+from vramkit.core.run.settling.resolve_hardware import requested_profile
 from vramkit.core.units import GIB
 
 NAME = "planner_accuracy"

@@ -46,7 +46,7 @@ from vramkit.core.planner.decisions.plan import PHASES, MemoryPlanner, PhasePlan
 from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
 from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.quantization.bitsandbytes_rules import bitsandbytes_rules_of
-from vramkit.core.run.plan_request_from_config import module_factory
+from vramkit.core.run.settling.plan_request_from_config import module_factory
 from vramkit.core.units import GIB
 
 NAME = "planner_field"

@@ -62,11 +62,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from benchmarks.configs import compose_run_config, quiet_libraries
 from benchmarks.record import RESULTS_DIR, write_result
-from vramkit.core.callbacks.quiet_profiler import quiet_idle_profiler
-from vramkit.core.callbacks.working_set import keep_working_callbacks, skip_idle_batch_hooks
 from vramkit.core.config.instantiate import instantiate_group
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO
 from vramkit.core.oom.resilient_module import OOMResilientModule
+from vramkit.core.trainer_assembly.quiet_profiler import quiet_idle_profiler
+from vramkit.core.trainer_assembly.working_set import keep_working_callbacks, skip_idle_batch_hooks
 
 TARGET_VRAMKIT_MINUS_LIGHTNING_US = 50.0  # issue 36 (was 100)
 TARGET_GUARD_US_PER_PARAM_TENSOR = 0.1

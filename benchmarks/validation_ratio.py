@@ -32,7 +32,7 @@ from benchmarks.configs import compose_run_config, quiet_libraries
 from benchmarks.record import RESULTS_DIR, write_result
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.run.train import train
-from vramkit.tasks.text_detection.icdar_folder import DataWarning
+from vramkit.tasks.text_detection.data.icdar_folder import DataWarning
 
 TARGET_RATIO = 0.6  # issue #36: validation against training ≤ 0.6
 RATIO_METRIC = "perf/val_train_time_ratio"

@@ -12,7 +12,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from vramkit.tasks.text_detection.synthetic_text import (
+from vramkit.tasks.text_detection.data.synthetic_text import (
     SyntheticTextConfig,
     ensure_synthetic_dataset,
     read_manifest,

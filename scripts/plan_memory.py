@@ -11,7 +11,8 @@ the breakdown per phase against the profile's budget, with remedies when it does
     python scripts/plan_memory.py +hw=t4 [any train.py override] --print-config
 
 prints the run's config instead: the user's config settled for the profile's own hardware
-(`vramkit.core.run.settle`: auto batch sizes planned, the automatic fit's remedy applied) and
+(`vramkit.core.run.settling.settle`: auto batch sizes planned, the automatic fit's remedy applied)
+and
 composed again with the settlement's overrides, resolved, as `python train.py` on that hardware
 runs it. (`python train.py … --cfg job --resolve` shows the config before settlement: `auto`.)
 """
@@ -32,11 +33,11 @@ with long_lived_imports(freeze=__name__ == "__main__"):
 
     from vramkit.core.hardware.profile import ProfileError
     from vramkit.core.planner import PlanningError, plan_json, plan_table, plan_task
-    from vramkit.core.run.compose import CONF_DIR, compose_config
     from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
-    from vramkit.core.run.plan_request_from_config import plan_request
-    from vramkit.core.run.resolve_hardware import requested_profile
-    from vramkit.core.run.settle import settle, settled_config
+    from vramkit.core.run.settling.compose import CONF_DIR, compose_config
+    from vramkit.core.run.settling.plan_request_from_config import plan_request
+    from vramkit.core.run.settling.resolve_hardware import requested_profile
+    from vramkit.core.run.settling.settle import settle, settled_config
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:

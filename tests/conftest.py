@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig
 
 import vramkit
-from vramkit.core.run import compose
+from vramkit.core.run.settling import compose
 
 REPO = Path(vramkit.__file__).resolve().parents[1]
 TOY_ICDAR_DIR = Path(__file__).resolve().parent / "data" / "icdar2015_toy"

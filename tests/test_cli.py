@@ -8,7 +8,7 @@ import json
 import pytest
 
 from vramkit.cli import main
-from vramkit.core.run.compose import forget_composition
+from vramkit.core.run.settling.compose import forget_composition
 from vramkit.core.units import GIB
 
 GPT2_PARAMETERS = 124_439_808  # GPT2Config(): 124.4 M, the LM head tied to the embedding

@@ -10,7 +10,7 @@ import pytest
 
 from vramkit.cli import import_object, main
 from vramkit.core.optional_dependency import MissingExtraError, import_optional
-from vramkit.core.run.compose import forget_composition
+from vramkit.core.run.settling.compose import forget_composition
 
 PACKAGE = "vramkit_cwd_package_for_a_test"
 

@@ -125,7 +125,7 @@ def test_every_documented_command_runs_from_the_wheel_outside_the_checkout(insta
     )
     assert train.returncode == 0, train.stdout
     assert foreign_lines(train.stdout) == [], train.stdout
-    assert "[vramkit.core.callbacks.progress_line][INFO] - step " in train.stdout
+    assert "[vramkit.core.callbacks.progress.progress_line][INFO] - step " in train.stdout
     (run,) = (work / "logs" / "text_detection" / "runs").iterdir()
     checkpoint = f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}"
 

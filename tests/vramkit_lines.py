@@ -15,7 +15,7 @@ VRAMKIT_LINE_SHAPES: tuple[re.Pattern[str], ...] = tuple(
     for pattern in (
         # a log record of vramkit's own loggers, as Hydra's job logging formats it
         r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[vramkit\.[\w.]+\]\[(INFO|WARNING)\] - \S",
-        # the hardware profile block (vramkit/core/run/settle.py, Settlement.__str__)
+        # the hardware profile block (vramkit/core/run/settling/settle.py, Settlement.__str__)
         r"^hardware profile \S+ on \S",
         r"^  (precision|batch size|loader|memory|remedy|compile) ",
         r"^settled for \S",

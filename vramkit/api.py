@@ -51,7 +51,7 @@ from vramkit.core.planner import (
 from vramkit.core.planner.request import ModelOverrides, ModuleFactory
 from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
 from vramkit.core.planner.tracing.sharding import sharding_of
-from vramkit.core.run.resolvers import CONF_DIR
+from vramkit.core.run.settling.resolvers import CONF_DIR
 from vramkit.core.units import GIB
 from vramkit.finetune_options import FinetuneOptions
 
@@ -351,8 +351,8 @@ def plan_hf(
     Batch sizes default to the profile's ("auto": the largest that fits). A bad value is a
     `ValueError` naming the option and the closest valid value.
     """
-    from vramkit.core.run.compose import compose_config, forget_composition
-    from vramkit.core.run.plan_request_from_config import plan_request, task_batch_defaults
+    from vramkit.core.run.settling.compose import compose_config, forget_composition
+    from vramkit.core.run.settling.plan_request_from_config import plan_request, task_batch_defaults
 
     options = None
     lora_options = (lora_r, lora_alpha, lora_targets, quant_type, double_quant, compute_dtype)

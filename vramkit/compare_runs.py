@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vramkit.core.run.run_diff import compare, load_overrides, load_run, report
+from vramkit.core.run.records.run_diff import compare, load_overrides, load_run, report
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ import yaml
 from pydantic import TypeAdapter
 from pydantic_core import PydanticUndefined
 
-from vramkit.core.callbacks.oom_fault_injection import FaultSettings
+from vramkit.core.callbacks.memory.oom_fault_injection import FaultSettings
 from vramkit.core.config.component_settings import settings_class_of
 from vramkit.core.config.conf_tree import CONF_DIR, REPO_ROOT, conf_nodes
 from vramkit.core.config.schema import bounds_in_words, describe_type

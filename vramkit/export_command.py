@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 def export(cfg: DictConfig) -> None:
     """Export ``cfg.ckpt_path``, print the parity summary; exit status 1 if a model fails."""
     from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
-    from vramkit.tasks.text_detection.export_checkpoint import RECORD_NAME, export_checkpoint
+    from vramkit.tasks.text_detection.export.export_checkpoint import RECORD_NAME, export_checkpoint
 
     # other libraries' chatter off unless verbose=true (a bad value is refused, before work)
     hide_library_chatter(output_settings(cfg.get("verbose"), config_file="conf/export.yaml"))

@@ -28,8 +28,8 @@ def extract(cfg: DictConfig) -> None:
     """Write the feature cache `cfg` describes (or find it complete); another task than the
     student's is refused (a `ConfigError`: one line, exit 2, no folder)."""
     from vramkit.core.config.schema import ConfigError
-    from vramkit.tasks.sage.arc_feature_datamodule import STUDENT_TASK
-    from vramkit.tasks.sage.feature_extraction import run_extraction
+    from vramkit.tasks.sage.teacher_features.arc_feature_datamodule import STUDENT_TASK
+    from vramkit.tasks.sage.teacher_features.feature_extraction import run_extraction
 
     if cfg.get("task_name") != STUDENT_TASK:
         raise ConfigError(

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vramkit.core.run.multirun_report import render_report, report_multirun, write_report
+from vramkit.core.run.records.multirun_report import render_report, report_multirun, write_report
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,8 @@ from benchmarks import evaluation, overhead, run_all
 from benchmarks.data_pipeline import measure_in_process
 from benchmarks.record import machine_facts, write_result
 from benchmarks.validation_ratio import last_logged
-from vramkit.tasks.text_detection.augment import build_train_transform
-from vramkit.tasks.text_detection.icdar_folder import TextDetectionDataset
+from vramkit.tasks.text_detection.data.augment import build_train_transform
+from vramkit.tasks.text_detection.data.icdar_folder import TextDetectionDataset
 
 
 def test_evaluation_benchmark_agrees_with_the_script_replay_and_reports_speedup() -> None:

@@ -24,7 +24,7 @@ from vramkit.core.planner.decisions.report import bitsandbytes_lines, llm_allowa
 from vramkit.core.planner.decisions.task_plan import MemoryPlan
 from vramkit.core.planner.tracing.recorder import OPTIMIZER_STATE
 from vramkit.core.quantization.bitsandbytes_rules import bitsandbytes_rules_of
-from vramkit.core.run.plan_request_from_config import module_factory
+from vramkit.core.run.settling.plan_request_from_config import module_factory
 from vramkit.core.units import GIB
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"

@@ -13,8 +13,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from vramkit.core.hardware.detect import DeviceInfo
-from vramkit.core.run.settle import settle, settled_config
-from vramkit.tasks.sage.teacher_checkpoint import MissingTeacherError
+from vramkit.core.run.settling.settle import settle, settled_config
+from vramkit.tasks.sage.teacher_features.teacher_checkpoint import MissingTeacherError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted(p.stem for p in (REPO_ROOT / "conf" / "hw").glob("*.yaml"))

@@ -188,7 +188,7 @@ def test_a_node_that_disagrees_with_its_class_is_named(tmp_path: Path) -> None:
     file = tmp_path / "retention.yaml"
     file.write_text(
         "checkpoint_retention:\n"
-        "  _target_: vramkit.core.callbacks.checkpoint_retention.CheckpointRetention\n"
+        "  _target_: vramkit.core.callbacks.checkpoints.checkpoint_retention.CheckpointRetention\n"
         "  every_n_epochs: ???  # commented\n"
         "  keep_lst: 3  # misspelt\n"
         "  budget_gib: 5.0\n"
@@ -212,7 +212,7 @@ def test_a_node_that_disagrees_with_its_class_is_named(tmp_path: Path) -> None:
 def test_a_nested_default_written_again_is_named(tmp_path: Path) -> None:
     file = tmp_path / "arc.yaml"
     file.write_text(
-        "_target_: vramkit.tasks.sage.arc_teacher_datamodule.ArcTeacherDataModule\n"
+        "_target_: vramkit.tasks.sage.data.arc_teacher_datamodule.ArcTeacherDataModule\n"
         "augment:\n"
         "  dihedral: true\n"
         "  colours: false\n"

@@ -7,9 +7,9 @@ from omegaconf import OmegaConf
 
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner.tracing.sharding import DDP, FSDP, SINGLE, ZERO2, ZERO2_OFFLOAD, ZERO3
-from vramkit.core.run.compose import compose_config
-from vramkit.core.run.plan_request_from_config import run_sharding
-from vramkit.core.run.resolvers import register_resolvers
+from vramkit.core.run.settling.compose import compose_config
+from vramkit.core.run.settling.plan_request_from_config import run_sharding
+from vramkit.core.run.settling.resolvers import register_resolvers
 
 STRATEGIES = {
     "ddp": ("lightning.pytorch.strategies.DDPStrategy", True),

@@ -12,8 +12,8 @@ from omegaconf import OmegaConf, open_dict
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner import plan_task
-from vramkit.core.run.plan_request_from_config import plan_request
-from vramkit.core.run.resolve_hardware import requested_profile
+from vramkit.core.run.settling.plan_request_from_config import plan_request
+from vramkit.core.run.settling.resolve_hardware import requested_profile
 from vramkit.core.run.train import train
 from vramkit.core.workload import GUIDE, check_workload
 

@@ -12,7 +12,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from vramkit.tasks.text_detection.submission_writer import IcdarSubmissionWriter
+from vramkit.tasks.text_detection.evaluation.submission_writer import IcdarSubmissionWriter
 
 
 class SignalSelf(L.Callback):

@@ -11,7 +11,7 @@ import pytest
 from vramkit.core.callbacks.bad_input_report import NoUsableInputError
 from vramkit.core.data.bad_lines import AnnotationError
 from vramkit.core.run.train import train
-from vramkit.tasks.text_detection.icdar_folder import DataError
+from vramkit.tasks.text_detection.data.icdar_folder import DataError
 
 
 @pytest.fixture

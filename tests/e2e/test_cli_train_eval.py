@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from vramkit.cli import main
 from vramkit.core.hardware.detect import DeviceInfo
-from vramkit.core.run.compose import forget_composition
+from vramkit.core.run.settling.compose import forget_composition
 
 TINY = ("+hw=cpu", "debug=smoke", "logger=csv")
 T4 = DeviceInfo("cuda", "Tesla T4", 14.57, (7, 5), count=1, cpu_count=2)
@@ -57,7 +57,7 @@ def test_vramkit_train_then_eval_write_the_run_folders_of_train_py_and_eval_py(
     assert (evaluation / "eval.log").is_file() and list(evaluation.glob("predictions/res_*.txt"))
 
     # On a (faked) T4, a set eval batch over the inference plan is refused before any work.
-    monkeypatch.setattr("vramkit.core.run.settle.probe_device", lambda: T4)
+    monkeypatch.setattr("vramkit.core.run.settling.settle.probe_device", lambda: T4)
     override = "hw.val_batch_size=4"
     status = main(["eval", *SMALL_T4, override, f"ckpt_path={last}", *cli_runs])
     error = capsys.readouterr().err

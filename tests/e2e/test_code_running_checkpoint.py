@@ -18,10 +18,10 @@ from tests.e2e.entry_points import run_entry_point
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from vramkit.core.io.safe_load import UnsafeFileError, load_array, load_weights_only
-from vramkit.core.run.run_diff import load_run
-from vramkit.core.run.run_summary import _saved_epoch
-from vramkit.tasks.sage.teacher_checkpoint import TEACHER_NETWORK_KEY, load_teacher
-from vramkit.tasks.text_detection.backbone import (
+from vramkit.core.run.records.run_diff import load_run
+from vramkit.core.run.records.run_summary import _saved_epoch
+from vramkit.tasks.sage.teacher_features.teacher_checkpoint import TEACHER_NETWORK_KEY, load_teacher
+from vramkit.tasks.text_detection.network.backbone import (
     BackboneWeightsError,
     ResNetBackbone,
     load_backbone_weights,

@@ -11,7 +11,7 @@ pytest.importorskip("transformers", reason="task=text_classification needs `tran
 from omegaconf import OmegaConf
 
 from tests.e2e.script_runs import REPO, run_script
-from vramkit.core.run.multirun_report import report_multirun
+from vramkit.core.run.records.multirun_report import report_multirun
 from vramkit.tasks.text_classification.module import TextClassificationModule
 
 CONDITIONS = ["ce_only", "coherence", "no_stability", "no_center", "no_separation", "no_brier"]

@@ -27,7 +27,7 @@ import torch
 from omegaconf import DictConfig
 from tiny_runs import TINY_ARC, flat_tensors
 
-from vramkit.core.run import compose
+from vramkit.core.run.settling import compose
 from vramkit.core.run.train import train
 
 EPOCHS = 2
@@ -262,7 +262,7 @@ def _sage_config(run_dir: Path, *overrides: str) -> DictConfig:
 
 @pytest.mark.slow
 # One loader worker: the batches and their augmentation come from another process, the harder
-# case; 0 and 1 workers giving the same batches is tests/tasks/sage/test_arc_batching.py's.
+# case; 0 and 1 workers giving the same batches is tests/tasks/sage/data/test_arc_batching.py's.
 @pytest.mark.parametrize("workers", [1])
 def test_a_sage_run_killed_mid_epoch_resumes_to_the_same_weights(workers, tmp_path):
     workers_override = f"hw.num_workers={workers}"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.entry_points import run_entry_point
-from vramkit.core.run.run_folder_lock import LOCK_NAME, lock_run_folder
+from vramkit.core.run.folder.run_folder_lock import LOCK_NAME, lock_run_folder
 
 
 def _train_py(monkeypatch, capsys, *args: str) -> tuple[int, str]:

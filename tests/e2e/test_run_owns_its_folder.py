@@ -15,9 +15,9 @@ from hydra.types import RunMode
 from tests.e2e.entry_points import run_entry_point
 from tests.e2e.script_runs import run_script
 from vramkit.core.run import run_folder_guard
-from vramkit.core.run.run_folder_claim import release_claim
+from vramkit.core.run.folder.run_folder_claim import release_claim
+from vramkit.core.run.folder.run_folder_lock import LOCK_NAME, RunFolderBusyError, lock_run_folder
 from vramkit.core.run.run_folder_guard import claim_job_folder
-from vramkit.core.run.run_folder_lock import LOCK_NAME, RunFolderBusyError, lock_run_folder
 
 
 def _tree(folder: Path) -> dict[str, str]:

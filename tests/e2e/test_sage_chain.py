@@ -23,15 +23,18 @@ from tiny_runs import TINY_ARC_ON_CPU
 from torch import nn
 
 from vramkit.core.config.instantiate import instantiate
-from vramkit.core.run.compose import compose_config, forget_composition
-from vramkit.core.run.settle import settle, settled_config
+from vramkit.core.run.settling.compose import compose_config, forget_composition
+from vramkit.core.run.settling.settle import settle, settled_config
 from vramkit.core.run.train import train
-from vramkit.tasks.sage.arc_examples import INPUT_KEYS
+from vramkit.tasks.sage.data.arc_examples import INPUT_KEYS
 from vramkit.tasks.sage.distill_module import REPORT_NAME
-from vramkit.tasks.sage.feature_cache import FeatureCacheError
-from vramkit.tasks.sage.feature_extraction import extract_teacher_features, run_extraction
 from vramkit.tasks.sage.grid_module import SCORES_KEY, ArcTeacherModule
-from vramkit.tasks.sage.teacher_checkpoint import TEACHER_NETWORK_KEY
+from vramkit.tasks.sage.teacher_features.feature_cache import FeatureCacheError
+from vramkit.tasks.sage.teacher_features.feature_extraction import (
+    extract_teacher_features,
+    run_extraction,
+)
+from vramkit.tasks.sage.teacher_features.teacher_checkpoint import TEACHER_NETWORK_KEY
 
 TINY = TINY_ARC_ON_CPU
 STUDENT = ("task=sage_distill", *TINY, "teacher.views=2", "model.report.repeats=1")

@@ -15,7 +15,7 @@ import torch
 
 from tests.e2e.script_runs import run_script, script_command, script_env
 from vramkit.core.config.instantiate import instantiate
-from vramkit.tasks.text_detection.export_checkpoint import STAGING_PREFIX
+from vramkit.tasks.text_detection.export.export_checkpoint import STAGING_PREFIX
 
 # 4 validation images one per batch: a signal at batch 1 comes with batches still to run
 TINY = ("+hw=cpu", "debug=smoke", "hw.val_batch_size=1", "logger=csv")

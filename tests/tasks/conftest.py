@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from vramkit.core.callbacks.oom_fault_injection import OOMFaultInjection
+from vramkit.core.callbacks.memory.oom_fault_injection import OOMFaultInjection
 from vramkit.core.oom.resilient_module import OOMResilientModule
 
 

@@ -13,9 +13,9 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from vramkit.core.callbacks.loader_position import LoaderPosition
-from vramkit.core.callbacks.random_state import RandomState
-from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
+from vramkit.core.callbacks.checkpoints.loader_position import LoaderPosition
+from vramkit.core.callbacks.checkpoints.random_state import RandomState
+from vramkit.core.callbacks.checkpoints.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.data.loaders import build_loader
 from vramkit.core.optim.lr_schedules import WarmupDecaySchedule
 

@@ -14,15 +14,15 @@ import torch
 from tiny_regression import TinyRegression, regression_loader
 from torch.nn import functional as F
 
+from vramkit.core.callbacks.checkpoints.finite_model_checkpoint import FiniteModelCheckpoint
+from vramkit.core.callbacks.checkpoints.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.callbacks.finite_guard import (
     FiniteGuard,
     TrainingDiverged,
     all_finite,
 )
-from vramkit.core.callbacks.finite_model_checkpoint import FiniteModelCheckpoint
-from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.config.schema import ConfigError
-from vramkit.core.run.refusals import EXIT_DIVERGED, refusals_as_messages
+from vramkit.core.run.refusal.refusals import EXIT_DIVERGED, refusals_as_messages
 
 STEPS_PER_EPOCH = 4  # 16 samples in batches of 4
 

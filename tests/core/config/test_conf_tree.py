@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from vramkit.core.callbacks.checkpoints.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.callbacks.finite_guard import FiniteGuard
-from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.config.conf_tree import conf_nodes, node_of, package_of
 from vramkit.core.config.schema import ConfigError
 

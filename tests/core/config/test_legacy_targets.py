@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.legacy_targets import MOVED_MODULES, current_target, upgrade_targets
 from vramkit.tasks.sage.grid_transformer import GridTransformer
-from vramkit.tasks.sage.teacher_checkpoint import TEACHER_NETWORK_KEY, load_teacher
+from vramkit.tasks.sage.teacher_features.teacher_checkpoint import TEACHER_NETWORK_KEY, load_teacher
 
 OLD_CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "legacy_layout" / "arc_teacher.ckpt"
 OLD_NETWORK = "vramkit.sage.grid_transformer.GridTransformer"

@@ -8,7 +8,7 @@ import pytest
 
 from vramkit.core.config.monitored_metrics import check_monitored_metrics, declared_metrics
 from vramkit.core.config.schema import ConfigError
-from vramkit.core.run import compose
+from vramkit.core.run.settling import compose
 from vramkit.core.run.train import train
 
 TASKS = ("text_detection", "text_classification", "sage_distill", "arc_teacher", "hf_models")

@@ -123,7 +123,7 @@ def test_a_config_that_is_no_mapping_is_refused_naming_the_file() -> None:
 
 
 def test_a_callback_setting_is_refused_early_and_interpolations_are_left_alone() -> None:
-    target = "vramkit.core.callbacks.checkpoint_retention.CheckpointRetention"
+    target = "vramkit.core.callbacks.checkpoints.checkpoint_retention.CheckpointRetention"
     cfg = OmegaConf.create(
         {
             "paths": {"output_dir": "/nowhere"},

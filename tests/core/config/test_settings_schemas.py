@@ -63,7 +63,7 @@ def test_a_list_default_resolves_in_place(tmp_path: Path) -> None:
     conf = _tree(tmp_path, WITH_SCHEMA)
     (conf / "callbacks" / "guard.yaml").write_text(
         WITH_SCHEMA + "guard:\n"
-        "  _target_: vramkit.core.callbacks.resume_checkpoint.ResumeCheckpoint\n"
+        "  _target_: vramkit.core.callbacks.checkpoints.resume_checkpoint.ResumeCheckpoint\n"
         "  stop_signals: ???  # signals\n"
     )
     cfg = _compose(conf, [])
@@ -88,10 +88,10 @@ def test_without_its_schema_a_question_mark_is_missing(tmp_path: Path) -> None:
 
 PROBE = """
 import sys
-from vramkit.core.run.compose import compose_config
+from vramkit.core.run.settling.compose import compose_config
 
 def imported():
-    return [m in sys.modules for m in ("lightning", "vramkit.tasks.text_detection.datamodule")]
+    return [m in sys.modules for m in ("lightning", "vramkit.tasks.text_detection.data.datamodule")]
 
 cfg = compose_config("train", ["+hw=cpu"], output_dir="unused")
 print(imported())
@@ -110,7 +110,7 @@ def test_composing_imports_no_component_and_reading_a_default_imports_its_own() 
 
 
 def test_defaults_are_written_as_a_config_holds_them() -> None:
-    from vramkit.core.callbacks.resume_checkpoint import ResumeCheckpointSettings
+    from vramkit.core.callbacks.checkpoints.resume_checkpoint import ResumeCheckpointSettings
 
     values = default_values(ResumeCheckpointSettings)
     assert values["stop_signals"] == ["SIGTERM", "SIGINT", "SIGUSR1"]  # a tuple as a list

@@ -10,7 +10,7 @@ import torch
 from lightning.fabric.utilities.seed import pl_worker_init_function
 
 from vramkit.core.data.loader_workers import init_loader_worker, keep_freed_memory
-from vramkit.tasks.text_detection.datamodule import TextDetectionDataModule
+from vramkit.tasks.text_detection.data.datamodule import TextDetectionDataModule
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")

@@ -19,7 +19,7 @@ from torch import nn
 
 from vramkit.core.data.resumable_loader import EpochOrder
 from vramkit.core.distributed.sync_batchnorm import convert_batchnorm
-from vramkit.tasks.text_detection.loss import DBLoss
+from vramkit.tasks.text_detection.network.loss import DBLoss
 
 WORLD = 2
 BATCH = 6  # global batch; each process gets 3

@@ -120,7 +120,7 @@ def main(rank: int, port: int, scenario: str, out_dir: Path) -> None:
     module = Regressor(fail_backward=scenario == "give_up" and rank == 1)
     callbacks: list[L.Callback] = [steps]
     if scenario == "split" and rank == 1:
-        from vramkit.core.callbacks.oom_fault_injection import OOMFaultInjection
+        from vramkit.core.callbacks.memory.oom_fault_injection import OOMFaultInjection
 
         callbacks.append(OOMFaultInjection(oom_train_above=2))
     trainer = L.Trainer(

@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from vramkit.core.callbacks.oom_fault_injection import OOMFaultInjection
+from vramkit.core.callbacks.memory.oom_fault_injection import OOMFaultInjection
 from vramkit.core.oom.guarded_steps import LAST_RESORT_CHECKPOINT
 from vramkit.core.oom.resilient_module import OOMResilientModule
 

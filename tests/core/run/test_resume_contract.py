@@ -10,10 +10,11 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from vramkit.core.callbacks.checkpoint_contract import CONTRACT_KEY
+from vramkit.core.callbacks.checkpoints.checkpoint_contract import CONTRACT_KEY
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.hardware.detect import load_profile_file
+from vramkit.core.run.folder.run_folder import CHECKPOINTS, RUN_CONFIG
 from vramkit.core.run.resume_contract import (
     ResumeContract,
     ResumeSettings,
@@ -24,8 +25,7 @@ from vramkit.core.run.resume_contract import (
     load_initial_weights,
     run_contract,
 )
-from vramkit.core.run.run_folder import CHECKPOINTS, RUN_CONFIG
-from vramkit.core.run.settle import Settlement
+from vramkit.core.run.settling.settle import Settlement
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 FIRST_RUN = ("+hw=cpu", "debug=smoke")
@@ -223,7 +223,9 @@ def test_a_contract_written_with_the_numbers_resumes_under_the_class_defaults(
 
 
 def test_a_recorded_class_default_compares_by_value_but_a_foreign_one_as_written(tmp_path):
-    default = "${settings_default:vramkit.tasks.text_detection.datamodule.TextDetectionDataModule,"
+    default = (
+        "${settings_default:vramkit.tasks.text_detection.data.datamodule.TextDetectionDataModule,"
+    )
     recorded = {"data": {"strict": default + "strict}", "seed": "${settings_default:os.path,x}"}}
     current = OmegaConf.create({"data": {"strict": False, "seed": 1}})
     assert exactness_changes(recorded, current) == [

@@ -16,12 +16,15 @@ import yaml
 from omegaconf import OmegaConf
 
 from vramkit.core.run.evaluate import SCORES_NAME, evaluate
-from vramkit.core.run.run_folder import RUN_OVERRIDES, read_run_overrides
-from vramkit.core.run.settle import settle, settled_config
+from vramkit.core.run.folder.run_folder import RUN_OVERRIDES, read_run_overrides
+from vramkit.core.run.settling.settle import settle, settled_config
 from vramkit.core.run.train import train
-from vramkit.tasks.text_detection.icdar_eval import evaluate_folders
+from vramkit.tasks.text_detection.data.synthetic_text import (
+    SyntheticTextConfig,
+    synthetic_dataset_dir,
+)
+from vramkit.tasks.text_detection.evaluation.icdar_eval import evaluate_folders
 from vramkit.tasks.text_detection.module import TextDetectionModule
-from vramkit.tasks.text_detection.synthetic_text import SyntheticTextConfig, synthetic_dataset_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TINY = ("+hw=cpu", "debug=smoke")

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 pytest.importorskip("transformers", reason="task=causal_lm needs `transformers`")
 pytest.importorskip("peft", reason="model.finetune=lora needs `peft`")
 
-from vramkit.core.run import compose
+from vramkit.core.run.settling import compose
 from vramkit.core.run.train import train
 
 SHORT = (

@@ -6,7 +6,6 @@ from types import SimpleNamespace
 
 import torch
 
-from vramkit.tasks.sage.arc_examples import INPUT_KEYS
 from vramkit.tasks.sage.compression_report import (
     ModelRow,
     build_report,
@@ -14,6 +13,7 @@ from vramkit.tasks.sage.compression_report import (
     latency_batches,
     measure_latency_ms,
 )
+from vramkit.tasks.sage.data.arc_examples import INPUT_KEYS
 from vramkit.tasks.sage.distill_module import student_scores
 from vramkit.tasks.sage.grid_module import SCORES_KEY
 

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from vramkit.tasks.sage.arc_batching import FEATURES_KEY, collate_grid_items
-from vramkit.tasks.sage.arc_examples import ArcExample, EncodingSettings, example_item
+from vramkit.tasks.sage.data.arc_batching import FEATURES_KEY, collate_grid_items
+from vramkit.tasks.sage.data.arc_examples import ArcExample, EncodingSettings, example_item
 from vramkit.tasks.sage.distill_module import TEACHER, SageDistillModule
-from vramkit.tasks.sage.grid_metrics import SCORE_NAMES
 from vramkit.tasks.sage.grid_module import ArcTeacherModule
 from vramkit.tasks.sage.grid_transformer import GridTransformer
+from vramkit.tasks.sage.grids.grid_metrics import SCORE_NAMES
 
 TEACHER_WIDTH = 8
 # Answer shapes (height, width) of the 4 examples: 48, 1, 6 and 20 cells.

@@ -10,7 +10,7 @@ import torch
 from test_grid_module_oom import _batch, _student, _teacher
 
 from vramkit.core.report.task_figures import DrawsReportFigures
-from vramkit.tasks.sage.grid_tokens import PAD
+from vramkit.tasks.sage.grids.grid_tokens import PAD
 from vramkit.tasks.sage.report_figures import ARC_COLOURS, _Query
 
 

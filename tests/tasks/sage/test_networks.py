@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from vramkit.tasks.sage.arc_batching import collate_grid_items
-from vramkit.tasks.sage.arc_examples import ArcExample, EncodingSettings, example_item
-from vramkit.tasks.sage.grid_outputs import copy_prediction
+from vramkit.tasks.sage.data.arc_batching import collate_grid_items
+from vramkit.tasks.sage.data.arc_examples import ArcExample, EncodingSettings, example_item
 from vramkit.tasks.sage.grid_transformer import GridTransformer
+from vramkit.tasks.sage.grids.grid_outputs import copy_prediction
 
 RNG = np.random.default_rng(0)
 

@@ -7,8 +7,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from vramkit.tasks.sage.arc_batching import collate_grid_items
-from vramkit.tasks.sage.arc_examples import ArcExample, EncodingSettings, example_item
+from vramkit.tasks.sage.data.arc_batching import collate_grid_items
+from vramkit.tasks.sage.data.arc_examples import ArcExample, EncodingSettings, example_item
 from vramkit.tasks.sage.seed_student import SageSeedStudent
 
 

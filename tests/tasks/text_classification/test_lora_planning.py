@@ -18,8 +18,8 @@ from vramkit.core.planner.tracing.recorder import (
     PARAMETERS,
 )
 from vramkit.core.quantization.planned_linear import PlannedQuantizedLinear
-from vramkit.core.run.plan_request_from_config import plan_request
-from vramkit.core.run.resolve_hardware import requested_profile
+from vramkit.core.run.settling.plan_request_from_config import plan_request
+from vramkit.core.run.settling.resolve_hardware import requested_profile
 
 TINY = ("task=text_classification", "model=tiny_classifier", "data.max_length=16")
 

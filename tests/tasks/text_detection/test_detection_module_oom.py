@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from vramkit.tasks.text_detection.dbnet import DBNet
-from vramkit.tasks.text_detection.loss import DBLoss
 from vramkit.tasks.text_detection.module import TextDetectionModule
+from vramkit.tasks.text_detection.network.dbnet import DBNet
+from vramkit.tasks.text_detection.network.loss import DBLoss
 
 SIDE = 64
 # DBLoss works in float32. Its sums over 64x64 maps, taken over the doubled batch or over

@@ -13,7 +13,7 @@ def test_albumentations_does_not_ask_pypi_for_updates():
         "def refuse(*args, **kwargs):\n"
         "    raise SystemExit('network: ' + str(args[1] if len(args) > 1 else args))\n"
         "urllib.request.OpenerDirector.open = refuse\n"
-        "import vramkit.tasks.text_detection.augment\n"
+        "import vramkit.tasks.text_detection.data.augment\n"
         "print('offline')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -14,7 +14,8 @@ Checked, at no measurable cost when every number is finite:
   non-finite while the loss and gradients stay finite (a parameter the loss does not reach, a
   BatchNorm running statistic), and only a check at the step can still roll it back;
 - every monitored metric, after validation (a non-finite one is named, and
-  :class:`~vramkit.core.callbacks.finite_model_checkpoint.FiniteModelCheckpoint` never ranks it
+  :class:`~vramkit.core.callbacks.checkpoints.finite_model_checkpoint.FiniteModelCheckpoint` never
+  ranks it
   as best);
 - the weights and buffers in every checkpoint about to be written (``ModelCheckpoint``,
   ``last.ckpt``, the periodic ones of checkpoint retention): a non-finite one stops the run
@@ -78,7 +79,7 @@ class FiniteGuardSettings(Settings):
 class TrainingDiverged(RuntimeError):
     """A loss, gradient or weight is not finite and the run stopped; the message says where
     and which checkpoint is the last finite one. ``train.py`` prints it alone and exits with
-    status 3 (:data:`vramkit.core.run.refusals.EXIT_DIVERGED`); in a multirun the job fails
+    status 3 (:data:`vramkit.core.run.refusal.refusals.EXIT_DIVERGED`); in a multirun the job fails
     and the sweep goes on."""
 
 

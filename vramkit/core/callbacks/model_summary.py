@@ -11,10 +11,10 @@ from lightning.pytorch.utilities.model_summary import summarize
 from pydantic import Field
 from torch.utils.flop_counter import FlopCounterMode
 
-from vramkit.core.callbacks.batch_hooks import switch_batch_hook
 from vramkit.core.compat import lightning_private, torch_private
 from vramkit.core.config.settings import Settings
 from vramkit.core.data.batches import batch_size_of
+from vramkit.core.trainer_assembly.batch_hooks import switch_batch_hook
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A `PlanRequest` holds concrete values only. "auto" batch sizes are interpreted once, by
 `requested_batch_sizes`, before a request is built: everything after it takes an int, or None for
 "search the largest that fits the budget". Requests are built from a composed Hydra config
-(`vramkit.core.run.plan_request_from_config`) or directly from a user's module and data
+(`vramkit.core.run.settling.plan_request_from_config`) or directly from a user's module and data
 (`vramkit.plan`); the planner never reads a config (an import-linter contract in pyproject.toml
 keeps omegaconf and hydra out of `vramkit.core.planner`).
 """

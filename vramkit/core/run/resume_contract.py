@@ -16,7 +16,8 @@ message (exit status 2):
   new`` and how to start a new run from the weights instead (``init_from=<ckpt>``).
 
 The settings are compared with the contract the checkpoint carries (`CONTRACT_KEY`, written into
-every checkpoint by `vramkit.core.callbacks.checkpoint_contract.CheckpointContract`), so a
+every checkpoint by `vramkit.core.callbacks.checkpoints.checkpoint_contract.CheckpointContract`), so
+a
 checkpoint copied without its run folder is checked too; a checkpoint written before contracts
 existed is compared with the newest config its run folder recorded, read as data (a run folder's
 files are never resolved: an edited ``task_name: ${run_folder:/any/path}`` must create nothing).
@@ -50,7 +51,7 @@ import torch
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from vramkit.core.callbacks.checkpoint_contract import CONTRACT_KEY
+from vramkit.core.callbacks.checkpoints.checkpoint_contract import CONTRACT_KEY
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import Settings
@@ -59,9 +60,9 @@ from vramkit.core.config.source import ConfigSource, command_line_overrides, ove
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.io.checkpoint_io import UnreadableCheckpointError, read_checkpoint
 from vramkit.core.quantization.planned_linear import PlannedQuantizedLinear
-from vramkit.core.run.refusals import refusals_as_messages
-from vramkit.core.run.run_folder import folder_of_checkpoint, read_run_file
-from vramkit.core.run.settle import Settlement, override_text
+from vramkit.core.run.folder.run_folder import folder_of_checkpoint, read_run_file
+from vramkit.core.run.refusal.refusals import refusals_as_messages
+from vramkit.core.run.settling.settle import Settlement, override_text
 
 COMPOSED_KEYS = (
     "task_name",

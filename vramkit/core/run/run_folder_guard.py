@@ -4,7 +4,8 @@ into it.
 ``on_run_start`` runs after composition and before Hydra resolves ``hydra.run.dir``, creates the
 folder, writes ``.hydra/`` and opens the log. Here the folder is resolved (OmegaConf caches the
 ``run_folder`` resolver, so Hydra gets the same folder), locked and its contents noted
-(:mod:`vramkit.core.run.run_folder_claim`): a second run in a held folder is refused in one line
+(:mod:`vramkit.core.run.folder.run_folder_claim`): a second run in a held folder is refused in one
+line
 before it writes anything, and a refusal of this run removes what it wrote. A folder that cannot
 be created (a read-only ``paths.log_dir``) is refused the same way. Before that, and changing
 nothing, a run is refused in a folder another run owns (`check_folder_owner`: its checkpoints or
@@ -32,9 +33,13 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from vramkit.core.run.refusals import REFUSALS, refusals_as_messages, refusals_before_the_sweep
-from vramkit.core.run.run_folder_claim import claim_run_folder, release_claim
-from vramkit.core.run.run_folder_owner import check_folder_owner
+from vramkit.core.run.folder.run_folder_claim import claim_run_folder, release_claim
+from vramkit.core.run.folder.run_folder_owner import check_folder_owner
+from vramkit.core.run.refusal.refusals import (
+    REFUSALS,
+    refusals_as_messages,
+    refusals_before_the_sweep,
+)
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 """Where launchers put a process's rank (as Lightning reads it for ``rank_zero_only``)."""

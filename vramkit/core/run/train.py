@@ -12,8 +12,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from vramkit.core.callbacks.checkpoint_contract import CheckpointContract
-from vramkit.core.callbacks.working_set import keep_working_callbacks
+from vramkit.core.callbacks.checkpoints.checkpoint_contract import CheckpointContract
 from vramkit.core.config.added_keys import check_added_keys
 from vramkit.core.config.component_settings import check_component_settings
 from vramkit.core.config.instantiate import instantiate, instantiate_group
@@ -25,10 +24,12 @@ from vramkit.core.distributed.sync_batchnorm import (
     cpu_sync_batchnorm_arguments,
     needs_cpu_sync_batchnorm,
 )
-from vramkit.core.run.fit_to_budget import write_fit_decision
+from vramkit.core.run.folder.requeue import requeued_checkpoint
+from vramkit.core.run.folder.run_folder import RUN_CONFIG, RUN_OVERRIDES, record_name
 from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
 from vramkit.core.run.loggers import finish_wandb, log_config
-from vramkit.core.run.requeue import requeued_checkpoint
+from vramkit.core.run.records.run_record import RECORD_NAME, write_run_record
+from vramkit.core.run.records.run_summary import summary_lines
 from vramkit.core.run.resume_contract import (
     ResumeVerdict,
     check_resume,
@@ -37,18 +38,17 @@ from vramkit.core.run.resume_contract import (
     resume_settings,
     run_contract,
 )
-from vramkit.core.run.run_folder import RUN_CONFIG, RUN_OVERRIDES, record_name
 from vramkit.core.run.run_folder_guard import claim_job_folder
-from vramkit.core.run.run_record import RECORD_NAME, write_run_record
-from vramkit.core.run.run_summary import summary_lines
 from vramkit.core.run.seed import check_seed
-from vramkit.core.run.settle import (
+from vramkit.core.run.settling.fit_to_budget import write_fit_decision
+from vramkit.core.run.settling.settle import (
     Settlement,
     log_decisions,
     settle,
     settled_config,
     write_overrides,
 )
+from vramkit.core.trainer_assembly.working_set import keep_working_callbacks
 from vramkit.core.workload import check_workload
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def train(cfg: DictConfig) -> float | None:
     # changes a resume applies, recorded in the run's config as resume.changes.
     verdict = check_resume(cfg)
     # Settle, then compose: the profile's open values decided as overrides, and the run's config
-    # composed again from the user's overrides plus those (vramkit.core.run.settle).
+    # composed again from the user's overrides plus those (vramkit.core.run.settling.settle).
     settlement = settle(cfg, applied=verdict.overrides)
     # A resume trains the checkpoint's samples per step, whatever this machine fits now.
     settlement = keep_trained_batch(cfg, settlement)

@@ -18,9 +18,9 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vramkit.core.tables import render_table
-from vramkit.tasks.sage.arc_batching import collate_grid_items
-from vramkit.tasks.sage.arc_examples import INPUT_KEYS
-from vramkit.tasks.sage.grid_metrics import SCORE_NAMES
+from vramkit.tasks.sage.data.arc_batching import collate_grid_items
+from vramkit.tasks.sage.data.arc_examples import INPUT_KEYS
+from vramkit.tasks.sage.grids.grid_metrics import SCORE_NAMES
 
 
 def count_parameters(module: nn.Module) -> int:

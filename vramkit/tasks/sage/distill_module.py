@@ -30,7 +30,6 @@ from torch import nn
 
 from vramkit.core.io.safe_load import load_weights_only
 from vramkit.core.optim.scheduled_module import OptimizerFactory
-from vramkit.tasks.sage.arc_batching import FEATURES_KEY
 from vramkit.tasks.sage.compression_report import (
     ModelRow,
     build_report,
@@ -39,11 +38,12 @@ from vramkit.tasks.sage.compression_report import (
     latency_batches,
     measure_latency_ms,
 )
-from vramkit.tasks.sage.feature_cache import MANIFEST_NAME
-from vramkit.tasks.sage.grid_loss import DistillLossWeights, feature_distillation
+from vramkit.tasks.sage.data.arc_batching import FEATURES_KEY
 from vramkit.tasks.sage.grid_module import COPY, MODEL, SCORES_KEY, GridModelModule
-from vramkit.tasks.sage.grid_outputs import GridOutput, GridPrediction
-from vramkit.tasks.sage.teacher_checkpoint import file_sha256, load_teacher
+from vramkit.tasks.sage.grids.grid_loss import DistillLossWeights, feature_distillation
+from vramkit.tasks.sage.grids.grid_outputs import GridOutput, GridPrediction
+from vramkit.tasks.sage.teacher_features.feature_cache import MANIFEST_NAME
+from vramkit.tasks.sage.teacher_features.teacher_checkpoint import file_sha256, load_teacher
 
 log = logging.getLogger(__name__)
 

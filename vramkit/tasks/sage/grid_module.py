@@ -5,7 +5,7 @@ used by the loss and the scores, never given to the network. Validation reports,
 and for the copy-the-input baseline: ``val/cell_acc`` (answer cells, padding never counted),
 ``val/changed_cell_acc`` (only the cells the answer changes from the input: copying scores 0),
 ``val/exact_match`` (whole grid, size included) and ``val/size_acc``
-(:mod:`vramkit.tasks.sage.grid_metrics`), and the loss and its parts.
+(:mod:`vramkit.tasks.sage.grids.grid_metrics`), and the loss and its parts.
 
 The loss is a weighted sum of means over different units: ``cell_ce`` over the answer cells,
 ``size_ce`` over the examples (and the student's feature terms over the input tokens). A
@@ -27,13 +27,16 @@ from vramkit.core.oom.guarded_steps import LOSS_TERMS
 from vramkit.core.oom.resilient_module import OOMResilientModule
 from vramkit.core.optim.scheduled_module import OptimizerFactory, ScheduledOptimization
 from vramkit.core.report.task_figures import ReportFigure
-from vramkit.tasks.sage.arc_examples import INPUT_KEYS
-from vramkit.tasks.sage.grid_loss import task_loss
-from vramkit.tasks.sage.grid_metrics import SCORE_NAMES, GridScoreboard
-from vramkit.tasks.sage.grid_outputs import GridOutput, copy_prediction, predict_grid
-from vramkit.tasks.sage.grid_tokens import PAD
+from vramkit.tasks.sage.data.arc_examples import INPUT_KEYS
+from vramkit.tasks.sage.grids.grid_loss import task_loss
+from vramkit.tasks.sage.grids.grid_metrics import SCORE_NAMES, GridScoreboard
+from vramkit.tasks.sage.grids.grid_outputs import GridOutput, copy_prediction, predict_grid
+from vramkit.tasks.sage.grids.grid_tokens import PAD
 from vramkit.tasks.sage.report_figures import grid_figures
-from vramkit.tasks.sage.teacher_checkpoint import TEACHER_NETWORK_KEY, network_config
+from vramkit.tasks.sage.teacher_features.teacher_checkpoint import (
+    TEACHER_NETWORK_KEY,
+    network_config,
+)
 
 MODEL, COPY = "", "copy_"  # metric-name prefixes of the scored predictors
 # checkpoint entry: the validation scores of the saved weights, so a report can score that file

@@ -1,6 +1,7 @@
 """The grid transformer: vramkit's SAGE student and its embedded default teacher.
 
-Input: the grid-token sequence of an example (:mod:`vramkit.tasks.sage.grid_tokens`), embedded as
+Input: the grid-token sequence of an example (:mod:`vramkit.tasks.sage.grids.grid_tokens`), embedded
+as
 the sum of token, cell-row, cell-column, role and pair embeddings, projected to the model width
 (Linear + LayerNorm + GELU), then a pre-norm transformer encoder. Outputs:
 
@@ -29,8 +30,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from vramkit.tasks.sage.grid_outputs import GridOutput, GridPrediction, grid_size, predict_grid
-from vramkit.tasks.sage.grid_tokens import (
+from vramkit.tasks.sage.grids.grid_outputs import (
+    GridOutput,
+    GridPrediction,
+    grid_size,
+    predict_grid,
+)
+from vramkit.tasks.sage.grids.grid_tokens import (
     GRID_SIDE,
     MAX_DEMOS,
     NUM_COLOURS,

@@ -11,8 +11,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
 from vramkit.core.report.task_figures import ReportFigure, image_grid_margins
-from vramkit.tasks.sage.grid_outputs import GridOutput, predict_grid
-from vramkit.tasks.sage.grid_tokens import PAD
+from vramkit.tasks.sage.grids.grid_outputs import GridOutput, predict_grid
+from vramkit.tasks.sage.grids.grid_tokens import PAD
 
 if TYPE_CHECKING:
     import lightning as L

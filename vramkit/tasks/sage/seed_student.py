@@ -21,9 +21,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from vramkit.tasks.sage.grid_outputs import GridOutput, GridPrediction, predict_grid
-from vramkit.tasks.sage.grid_tokens import GRID_SIDE, MAX_DEMOS, NUM_COLOURS, NUM_ROLES, VOCAB_SIZE
 from vramkit.tasks.sage.grid_transformer import masked_mean
+from vramkit.tasks.sage.grids.grid_outputs import GridOutput, GridPrediction, predict_grid
+from vramkit.tasks.sage.grids.grid_tokens import (
+    GRID_SIDE,
+    MAX_DEMOS,
+    NUM_COLOURS,
+    NUM_ROLES,
+    VOCAB_SIZE,
+)
 
 # (batch field, number of values) in the order of their one-hot blocks in the input code
 _CODE_FIELDS = (

@@ -11,9 +11,12 @@ from torch import nn
 from vramkit.core.oom.resilient_module import OOMResilientModule
 from vramkit.core.optim.scheduled_module import OptimizerFactory, ScheduledOptimization
 from vramkit.core.report.task_figures import ReportFigure
-from vramkit.tasks.text_detection.icdar_eval import ImageCounts, match_image, summarize
-from vramkit.tasks.text_detection.postprocess import PostprocessConfig, boxes_from_probability
-from vramkit.tasks.text_detection.report_figures import detection_figures
+from vramkit.tasks.text_detection.evaluation.icdar_eval import ImageCounts, match_image, summarize
+from vramkit.tasks.text_detection.evaluation.report_figures import detection_figures
+from vramkit.tasks.text_detection.network.postprocess import (
+    PostprocessConfig,
+    boxes_from_probability,
+)
 
 
 class TextDetectionModule(ScheduledOptimization, OOMResilientModule):

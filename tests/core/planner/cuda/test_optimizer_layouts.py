@@ -17,7 +17,7 @@ from vramkit.core.planner.cuda.optimizer_layouts import (
 )
 from vramkit.core.planner.tracing.batches import cast_floating, grow_batch
 from vramkit.core.quantization.bitsandbytes_rules import bitsandbytes_rules_of
-from vramkit.core.run.plan_request_from_config import swap_bitsandbytes_optimizer
+from vramkit.core.run.settling.plan_request_from_config import swap_bitsandbytes_optimizer
 
 
 def state_bytes(optimizer: torch.optim.Optimizer) -> int:

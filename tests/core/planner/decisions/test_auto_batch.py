@@ -13,8 +13,8 @@ from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import TRAIN, VAL, plan_task, resolve_auto_batch_sizes
-from vramkit.core.run.plan_request_from_config import plan_request
-from vramkit.core.run.resolve_hardware import settle_profile
+from vramkit.core.run.settling.plan_request_from_config import plan_request
+from vramkit.core.run.settling.resolve_hardware import settle_profile
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"
 T4 = DeviceInfo("cuda", "Tesla T4", 14.57, (7, 5), count=1, cpu_count=2)

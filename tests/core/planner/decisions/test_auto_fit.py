@@ -1,7 +1,7 @@
 """choose_fit: the cheapest combination of remedies that fits, consent and packages respected.
 
 A stand-in planner computes each phase's peak from the setup with a formula (GiB), so every
-decision here is exact and fast; tests/core/run/test_fit_to_budget.py traces a real model.
+decision here is exact and fast; tests/core/run/settling/test_fit_to_budget.py traces a real model.
 """
 
 from __future__ import annotations

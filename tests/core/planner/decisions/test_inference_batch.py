@@ -16,8 +16,8 @@ from vramkit.core.planner import DoesNotFitError, MemoryPlanner, plan_task
 from vramkit.core.planner.decisions.inference_plan import plan_inference_batch_size
 from vramkit.core.planner.decisions.plan import INFERENCE
 from vramkit.core.planner.tracing.recorder import GRADIENTS, OPTIMIZER_STATE
-from vramkit.core.run.plan_request_from_config import plan_request
-from vramkit.core.run.resolve_hardware import settle_profile
+from vramkit.core.run.settling.plan_request_from_config import plan_request
+from vramkit.core.run.settling.resolve_hardware import settle_profile
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"
 SMALL_T4_GIB = 1.0  # a T4 profile shrunk so a tiny model's inference batch meets the budget

@@ -19,7 +19,7 @@ from vramkit.core.planner.tracing.recorder import (
     PARAMETERS,
 )
 from vramkit.core.planner.tracing.run_setup import RunSetup
-from vramkit.core.run.plan_request_from_config import module_factory
+from vramkit.core.run.settling.plan_request_from_config import module_factory
 
 T4 = DeviceRules(capability=(7, 5), flash_attention=False, mem_efficient_attention=True)
 BATCH, LENGTH, WIDTH, HEADS = 4, 256, 32, 4

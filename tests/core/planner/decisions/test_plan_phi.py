@@ -13,7 +13,7 @@ from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import plan_task
 from vramkit.core.planner.cuda.cuda_rules import round_allocation
 from vramkit.core.planner.decisions.remedies import propose_remedies
-from vramkit.core.run.plan_request_from_config import plan_request
+from vramkit.core.run.settling.plan_request_from_config import plan_request
 
 pytest.importorskip("transformers")
 

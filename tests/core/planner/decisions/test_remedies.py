@@ -13,7 +13,7 @@ from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import TRAIN, plan_json, plan_table, plan_task
 from vramkit.core.planner.decisions.auto_fit import choose_fit
 from vramkit.core.planner.decisions.plan import MemoryPlanner
-from vramkit.core.run.plan_request_from_config import plan_request
+from vramkit.core.run.settling.plan_request_from_config import plan_request
 from vramkit.core.units import GIB
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"

@@ -11,9 +11,9 @@ from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.decisions.remedies import candidate_changes, combined
 from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.planner.tracing.sharding import DDP, Sharding
-from vramkit.core.run.compose import CONF_DIR, compose_config
-from vramkit.core.run.plan_request_from_config import model_facts
-from vramkit.core.run.resolvers import register_resolvers
+from vramkit.core.run.settling.compose import CONF_DIR, compose_config
+from vramkit.core.run.settling.plan_request_from_config import model_facts
+from vramkit.core.run.settling.resolvers import register_resolvers
 
 # docs/planner.md's worked example: Phi-1.5 as a classifier on a 16 GB laptop GPU.
 EXAMPLE = ["+hw=rtx4090_laptop", "task=text_classification", "model=phi15", "hw.batch_size=8"]

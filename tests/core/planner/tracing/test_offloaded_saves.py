@@ -10,7 +10,7 @@ from planning_models import CONV_MODEL, IMAGE_DATA, task_config
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner import TRAIN, VAL, plan_task
 from vramkit.core.planner.tracing.recorder import ACTIVATIONS, PARAMETERS
-from vramkit.core.run.plan_request_from_config import plan_request
+from vramkit.core.run.settling.plan_request_from_config import plan_request
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"
 

@@ -32,7 +32,7 @@ from vramkit.core.planner.tracing.sharding import (
     shard_allocated,
     sharding_of,
 )
-from vramkit.core.run.plan_request_from_config import plan_request
+from vramkit.core.run.settling.plan_request_from_config import plan_request
 
 CONF_DIR = Path(__file__).resolve().parents[4] / "conf"
 N = 4

@@ -1,0 +1,2 @@
+"""Progress on the console: a rich bar on a terminal, steady lines in a log file, and which of the
+two the output is."""
