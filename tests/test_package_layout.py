@@ -1,4 +1,5 @@
-"""The package's shape: no import cycle inside a package, annotations included.
+"""The package's shape: no package of more than 20 modules, and no import cycle inside a package
+(annotations included).
 
 import-linter's contracts (pyproject.toml) leave out imports under ``if TYPE_CHECKING:``; a cycle
 made of those still ties two modules together for a reader and a type checker, so this test
@@ -9,9 +10,15 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from pathlib import Path
 
 import grimp
 import pytest
+
+import vramkit
+
+MOST_MODULES = 20
+"""Modules (and subpackages) one package may hold before it is split by job (issue #35)."""
 
 
 @pytest.fixture(scope="module")
@@ -43,3 +50,30 @@ def test_a_cycle_is_found() -> None:
     graph = grimp.build_graph("vramkit", exclude_type_checking_imports=False)
     graph.add_import(importer="vramkit.core.oom.policy", imported="vramkit.core.oom.guarded_steps")
     assert ("vramkit.core.oom.guarded_steps", "vramkit.core.oom.policy") in sibling_cycles(graph)
+
+
+def crowded_packages(root: Path) -> dict[str, int]:
+    """Packages under ``root`` holding more than MOST_MODULES modules and subpackages."""
+    crowded = {}
+    for init in sorted(root.rglob("__init__.py")):
+        folder = init.parent
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        subpackages = [p for p in folder.iterdir() if (p / "__init__.py").is_file()]
+        if len(modules) + len(subpackages) > MOST_MODULES:
+            crowded[str(folder.relative_to(root.parent))] = len(modules) + len(subpackages)
+    return crowded
+
+
+def test_no_package_holds_more_than_twenty_modules() -> None:
+    assert crowded_packages(Path(vramkit.__file__).parent) == {}
+
+
+def test_a_crowded_package_is_found(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for index in range(MOST_MODULES):
+        (package / f"m{index}.py").write_text("")
+    assert crowded_packages(package) == {}
+    (package / "extra.py").write_text("")
+    assert crowded_packages(package) == {"pkg": MOST_MODULES + 1}
