@@ -56,3 +56,11 @@ def test_bad_lines_are_counted_all_and_named_a_few(caplog: pytest.LogCaptureFixt
 def test_a_missing_tokenizer_folder_names_its_key(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"data\.tokenizer_dir is not a folder"):
         load_local_tokenizer(tmp_path / "absent", purpose="a test")
+
+
+def test_a_subclass_without_a_collate_cannot_be_built() -> None:
+    class _NoCollate(TokenizedJsonlDataModule):
+        pass
+
+    with pytest.raises(TypeError, match="_collate"):
+        _NoCollate()

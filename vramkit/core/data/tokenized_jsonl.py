@@ -8,6 +8,7 @@ What differs (the reader, the dataset, the collate, the padding token) stays in 
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -26,13 +27,13 @@ BAD_LINES_SHOWN = 10
 """Bad lines named in the log per split; all are counted in ``data_problems``."""
 
 
-class TokenizedJsonlDataModule(L.LightningDataModule):
+class TokenizedJsonlDataModule(L.LightningDataModule, abc.ABC):
     """Training and validation loaders over two JSONL splits and a local tokenizer.
 
     A subclass sets ``self.settings`` (its :class:`LoaderSettings` subclass), fills
     ``self.tokenizer``, ``self.train_dataset`` and ``self.val_dataset`` in ``setup``, hands each
     split's skipped lines to :meth:`_keep_bad_lines`, and says how samples become a batch
-    (:meth:`_collate`).
+    (:meth:`_collate`, abstract: a subclass without it cannot be built).
     """
 
     settings: LoaderSettings
@@ -65,9 +66,9 @@ class TokenizedJsonlDataModule(L.LightningDataModule):
         """Skipped JSONL lines by ``<split>/bad_lines``."""
         return {f"{split}/bad_lines": len(lines) for split, lines in self._bad_lines.items()}
 
+    @abc.abstractmethod
     def _collate(self) -> Callable[[list[Any]], Any]:
         """How the loaders turn a list of samples into a batch."""
-        raise NotImplementedError
 
     def _loader(self, dataset: Dataset, batch_size: int, *, train: bool) -> DataLoader:
         return build_loader(
