@@ -4,36 +4,11 @@ size: no bytecode runs per parameter tensor (issue 36: the safety's cost flat in
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Callable
-from types import FrameType
-from typing import Any
 
 import torch
 
+from tests.bytecode_count import bytecodes
 from vramkit.core.callbacks.finite_guard import all_finite, gradients_of
-
-
-def _bytecodes(call: Callable[[], Any]) -> int:
-    """Python bytecodes ``call`` runs (opcode tracing: the same count on a busy machine)."""
-    count = 0
-
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        nonlocal count
-        if event == "opcode":
-            count += 1
-        return local
-
-    def start(frame: FrameType, event: str, arg: Any) -> Any:
-        frame.f_trace_opcodes = True
-        return local
-
-    sys.settrace(start)
-    try:
-        call()
-    finally:
-        sys.settrace(None)
-    return count
 
 
 def _optimizer(tensors: int) -> torch.optim.Optimizer:
@@ -51,7 +26,7 @@ def _check(optimizer: torch.optim.Optimizer) -> bool:
 def test_the_gradient_check_runs_no_bytecode_per_parameter_tensor() -> None:
     small, large = _optimizer(4), _optimizer(600)
     _check(small), _check(large)  # first calls: lazy imports and caches
-    assert _bytecodes(lambda: _check(large)) == _bytecodes(lambda: _check(small))
+    assert bytecodes(lambda: _check(large)) == bytecodes(lambda: _check(small))
 
 
 def test_the_gathered_gradients_are_those_set_in_order_and_a_nan_is_found() -> None:

@@ -3,42 +3,18 @@ hook instead of a generator's set-up; a profiler the user asked for stays."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from types import FrameType
-from typing import Any
 
 import lightning as L
 import pytest
 from lightning.pytorch.profilers import PassThroughProfiler, SimpleProfiler
 
+from tests.bytecode_count import bytecodes
 from vramkit.core.trainer_assembly.quiet_profiler import (
     QuietPassThroughProfiler,
     quiet_idle_profiler,
 )
 from vramkit.core.trainer_assembly.working_set import keep_working_callbacks
-
-
-def _bytecodes(call: Callable[[], Any]) -> int:
-    """Python bytecodes ``call`` runs (opcode tracing: the same count on a busy machine)."""
-    count = 0
-
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        nonlocal count
-        if event == "opcode":
-            count += 1
-        return local
-
-    def start(frame: FrameType, event: str, arg: Any) -> Any:
-        frame.f_trace_opcodes = True
-        return local
-
-    sys.settrace(start)
-    try:
-        call()
-    finally:
-        sys.settrace(None)
-    return count
 
 
 def _profiled_call(profiler: PassThroughProfiler) -> Callable[[], None]:
@@ -49,10 +25,10 @@ def _profiled_call(profiler: PassThroughProfiler) -> Callable[[], None]:
     return call
 
 
-def test_a_profiled_call_costs_a_fraction_of_the_default_profilers_bytecodes() -> None:
+def test_a_profiled_call_costs_a_fraction_of_the_default_profilersbytecodes() -> None:
     default, quiet = PassThroughProfiler(), QuietPassThroughProfiler()
-    default_cost = _bytecodes(_profiled_call(default))
-    quiet_cost = _bytecodes(_profiled_call(quiet))
+    default_cost = bytecodes(_profiled_call(default))
+    quiet_cost = bytecodes(_profiled_call(quiet))
     assert quiet_cost * 4 < default_cost, (quiet_cost, default_cost)
 
 
