@@ -58,7 +58,13 @@ def compose_config(
     HydraConfig.instance().set_config(cfg)
     with open_dict(cfg):
         del cfg.hydra
-    _composed[id(cfg)] = (weakref.ref(cfg), _flat(cfg))
+    key = id(cfg)
+
+    def forget(dead: weakref.ref) -> None:  # a later config may have taken the same id
+        if _composed.get(key, (None,))[0] is dead:
+            del _composed[key]
+
+    _composed[key] = (weakref.ref(cfg, forget), _flat(cfg))
     return cfg
 
 
