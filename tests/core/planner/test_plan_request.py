@@ -9,6 +9,7 @@ import pytest
 from vramkit.core.hardware.profile import HardwareProfile, ProfileError
 from vramkit.core.planner import ModelFacts, TaskBatchDefaults, requested_batch_sizes
 from vramkit.core.planner.decisions.remedies import candidate_changes
+from vramkit.core.planner.request import BatchSizeRequest, batch_size_request
 from vramkit.core.planner.tracing.run_setup import RunSetup
 
 GPU = HardwareProfile(
@@ -30,6 +31,14 @@ def test_a_given_size_replaces_the_profile_and_an_int_is_kept():
     sized = GPU.model_copy(update={"val_batch_size": 8})
     assert requested_batch_sizes(sized, DEFAULTS, train=32) == (32, 8)
     assert requested_batch_sizes(sized, DEFAULTS, val="auto") == (None, None)
+
+
+def test_the_request_says_which_phases_are_auto_and_the_sizes_set():
+    asked = batch_size_request(GPU.model_copy(update={"batch_size": 32}))
+    assert asked == BatchSizeRequest(train=32, val=None)
+    assert asked.searched == (False, True) and asked.any_searched
+    assert batch_size_request(CPU, train=8, val="3").sizes == (8, 3)
+    assert not batch_size_request(CPU, train=8, val=3).any_searched
 
 
 def test_auto_without_a_budget_or_a_default_names_the_key():

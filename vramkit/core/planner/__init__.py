@@ -3,9 +3,10 @@
 It traces the task's real LightningModule on fake tensors (no memory, no GPU) for two optimizer
 steps and a validation step, applies the CUDA rules a CPU trace cannot see (`cuda_rules`), and
 reports the peak of each phase against the profile's budget. Its one input is a `PlanRequest`
-(`request.py`: module and data factories, profile, setup, batch sizes; "auto" interpreted by
-`requested_batch_sizes`); it reads no config. Entry points: `plan_task` (`scripts/plan_memory.py`,
-`vramkit plan`) and `resolve_auto_batch_sizes` (`batch_size: auto` in a profile).
+(`request.py`: module and data factories, profile, setup, batch sizes; "auto" read by
+`batch_size_request` alone); it reads no config. Entry points: `plan_task`
+(`scripts/plan_memory.py`, `vramkit plan`) and `resolve_auto_batch_sizes` (`batch_size: auto` in
+a profile).
 """
 
 from vramkit.core.planner.decisions.auto_batch import resolve_auto_batch_sizes

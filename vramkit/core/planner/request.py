@@ -1,8 +1,10 @@
 """The planner's one input: what to plan (module and data factories), on which hardware, how.
 
-A `PlanRequest` holds concrete values only. "auto" batch sizes are interpreted once, by
-`requested_batch_sizes`, before a request is built: everything after it takes an int, or None for
-"search the largest that fits the budget". Requests are built from a composed Hydra config
+A `PlanRequest` holds concrete values only. "auto" batch sizes are read once, by
+`batch_size_request`, into a `BatchSizeRequest` (per phase a set size, or None for "auto");
+everything after it asks that value, never the profile's "auto" (a test fences the comparison
+into that one function). `requested_batch_sizes` turns it into what the planner plans: an int, or
+None for "search the largest that fits the budget". Requests are built from a composed Hydra config
 (`vramkit.core.run.settling.plan_request_from_config`) or directly from a user's module and data
 (`vramkit.plan`); the planner never reads a config (an import-linter contract in pyproject.toml
 keeps omegaconf and hydra out of `vramkit.core.planner`).
@@ -99,6 +101,45 @@ class PlanRequest:
         return None if budget is None else int(budget * GIB)
 
 
+@dataclass(frozen=True)
+class BatchSizeRequest:
+    """The batch sizes a profile asks for, "auto" read: per phase the size set, or None where
+    "auto" leaves the size to be chosen (searched within a memory budget, else the task's
+    stated default)."""
+
+    train: int | None
+    """Training samples per step and device; None: "auto"."""
+    val: int | None
+    """Validation (and inference) samples per step and device; None: "auto"."""
+
+    @property
+    def sizes(self) -> tuple[int | None, int | None]:
+        """(train, val), each None where "auto"."""
+        return self.train, self.val
+
+    @property
+    def searched(self) -> tuple[bool, bool]:
+        """(train, val): whether the phase's size is "auto", to be chosen."""
+        return self.train is None, self.val is None
+
+    @property
+    def any_searched(self) -> bool:
+        """Whether a phase's size is "auto"."""
+        return self.train is None or self.val is None
+
+
+def batch_size_request(
+    profile: HardwareProfile, *, train: int | str | None = None, val: int | str | None = None
+) -> BatchSizeRequest:
+    """The one place "auto" is read: what `profile`'s ``batch_size`` / ``val_batch_size`` ask
+    for (replaced by `train` / `val` when given), each phase an int, or None for "auto"."""
+    sizes = []
+    for key, given in (("batch_size", train), ("val_batch_size", val)):
+        value = getattr(profile, key) if given is None else given
+        sizes.append(None if value == AUTO else int(value))
+    return BatchSizeRequest(sizes[0], sizes[1])
+
+
 def requested_batch_sizes(
     profile: HardwareProfile,
     defaults: TaskBatchDefaults = TaskBatchDefaults(),
@@ -106,21 +147,22 @@ def requested_batch_sizes(
     train: int | str | None = None,
     val: int | str | None = None,
 ) -> tuple[int | None, int | None]:
-    """The one place "auto" becomes a concrete batch size: (train, val) to plan.
+    """The batch sizes the planner plans for `profile`: (train, val), "auto" read by
+    `batch_size_request`.
 
     `train` / `val` replace the profile's ``batch_size`` / ``val_batch_size`` when given. An int
     is kept. "auto" is None (searched: the largest that fits) on a profile with a memory
     budget, and the task's stated default on one without; a `ProfileError` names the key when
     there is neither a budget nor a default.
     """
+    asked = batch_size_request(profile, train=train, val=val)
     chosen = []
-    for key, given, default in (
-        ("batch_size", train, defaults.train),
-        ("val_batch_size", val, defaults.val),
+    for key, size, default in (
+        ("batch_size", asked.train, defaults.train),
+        ("val_batch_size", asked.val, defaults.val),
     ):
-        value = getattr(profile, key) if given is None else given
-        if value != AUTO:
-            chosen.append(int(value))
+        if size is not None:
+            chosen.append(size)
         elif profile.budget_gib is not None:
             chosen.append(None)
         elif default is not None:

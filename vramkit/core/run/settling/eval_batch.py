@@ -32,12 +32,12 @@ def settle_eval_batch(
     # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
     from vramkit.core.planner import DoesNotFitError, PlanningError
     from vramkit.core.planner.decisions.inference_plan import plan_inference_batch_size
-    from vramkit.core.planner.request import requested_batch_sizes
+    from vramkit.core.planner.request import batch_size_request
     from vramkit.core.run.settling.plan_request_from_config import plan_request
 
-    _, val = requested_batch_sizes(profile, train=1)  # evaluation plans no training batch
+    val = batch_size_request(profile).val
     searched = val is None
-    try:
+    try:  # evaluation plans no training batch: 1
         plan = plan_inference_batch_size(plan_request(cfg, profile, batch_sizes=(1, val)))
     except PlanningError as error:
         fallback = "'auto' takes the task's stated default" if searched else "it is not checked"

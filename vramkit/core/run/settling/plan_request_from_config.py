@@ -26,6 +26,7 @@ from vramkit.core.planner.request import (
     ModuleFactory,
     PlanRequest,
     TaskBatchDefaults,
+    batch_size_request,
     requested_batch_sizes,
 )
 from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
@@ -45,10 +46,8 @@ def planning_config(cfg: DictConfig, profile: HardwareProfile) -> DictConfig:
     """
     planning = copy.deepcopy(cfg)
     values = profile.model_dump()
-    for key in ("batch_size", "val_batch_size"):
-        if not isinstance(values[key], int):
-            values[key] = 1
-    values.update(num_workers=0, pin_memory=False)
+    train, val = batch_size_request(profile).sizes
+    values.update(batch_size=train or 1, val_batch_size=val or 1, num_workers=0, pin_memory=False)
     with open_dict(planning):
         planning.hw = OmegaConf.create(values)
     return planning

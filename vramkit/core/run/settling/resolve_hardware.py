@@ -30,7 +30,6 @@ from vramkit.core.hardware.device_check import (
     check_profile,
 )
 from vramkit.core.hardware.profile import (
-    AUTO,
     HardwareProfile,
     ProfileError,
     ProfileSource,
@@ -38,6 +37,7 @@ from vramkit.core.hardware.profile import (
     validate_profile,
 )
 from vramkit.core.planner.decisions.task_defaults import DEFAULTS_KEY, task_batch_default
+from vramkit.core.planner.request import batch_size_request
 from vramkit.core.run.settling.eval_batch import settle_eval_batch
 from vramkit.core.units import GIB
 
@@ -217,10 +217,11 @@ def _sized_for_host_memory(
             f"more than this process can have now; planned within {budget.available / GIB:.2f} "
             "GiB instead (other processes hold the rest)",
         )
-    searched = (profile.batch_size == AUTO, profile.val_batch_size == AUTO)
+    asked = batch_size_request(profile)
+    searched = asked.searched
     requested = [
-        _data_default(cfg, data_key, field, source) if auto else getattr(profile, field)
-        for (field, data_key), auto in zip(_DATA_DEFAULTS, searched, strict=True)
+        _data_default(cfg, data_key, field, source) if size is None else size
+        for (field, data_key), size in zip(_DATA_DEFAULTS, asked.sizes, strict=True)
     ]
     try:
         sizing = size_for_host_memory(
@@ -377,8 +378,9 @@ def resolve_batch_sizes(
     """
     lines: Lines = ()
     updates: dict[str, int] = {}
-    for field, data_key in _DATA_DEFAULTS:
-        if getattr(profile, field) == AUTO:
+    asked = batch_size_request(profile)
+    for (field, data_key), auto in zip(_DATA_DEFAULTS, asked.searched, strict=True):
+        if auto:
             updates[field] = _data_default(cfg, data_key, field, source)
     if updates:
         taken = ", ".join(
@@ -411,7 +413,7 @@ def _planned_batch_sizes(
     """A GPU profile with its "auto" batch sizes resolved by the memory planner (from `plan`
     when the requested run was planned already), the lines that say why, and the predicted
     peaks (`memory_plan.json`)."""
-    wants_auto = AUTO in (profile.batch_size, profile.val_batch_size)
+    wants_auto = batch_size_request(profile).any_searched
     if profile.accelerator != "gpu" or not wants_auto or not _plannable(cfg):
         return profile, (), None
     # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
