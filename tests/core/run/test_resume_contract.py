@@ -178,9 +178,11 @@ OLD_STYLE_DATA = {
     "data.val_dir": None,
     "data.persistent_workers": True,
     "data.strict": False,
+    "trainer.gradient_clip_val": None,
 }
-"""What conf/data/synthetic_text.yaml wrote for these keys before it left their defaults to the
-settings class (``???`` composed as ``${settings_default:…}``): a run recorded then holds them."""
+"""What conf/data/synthetic_text.yaml and conf/trainer/default.yaml wrote for these keys before
+they left their defaults to the settings classes (``???`` composed as ``${settings_default:…}``):
+a run recorded then holds them."""
 
 
 def _old_style(cfg: DictConfig) -> DictConfig:
@@ -195,6 +197,7 @@ def test_a_run_folder_recorded_with_the_numbers_resumes_under_the_class_defaults
 ):
     composed = compose_config(*FIRST_RUN)
     assert OmegaConf.is_interpolation(composed.data, "strict")  # what the schema composes
+    assert OmegaConf.is_interpolation(composed.trainer, "gradient_clip_val")
     checkpoint = _run_folder(tmp_path / "old", _old_style(composed))
     assert check_resume(compose_config(*FIRST_RUN, f"ckpt_path={checkpoint}")) == ResumeVerdict()
     changed = compose_config(*FIRST_RUN, f"ckpt_path={checkpoint}", "data.strict=true")

@@ -25,13 +25,32 @@ NODE_KEYS = ("_target_", "_partial_", "_convert_", "_recursive_", "_args_")
 """Hydra's own keys of a node, which are no settings."""
 
 
+LIBRARY_SETTINGS = {
+    "lightning.pytorch.Trainer": "vramkit.core.config.trainer_schema.TrainerSettings",
+}
+"""The settings class vramkit keeps for another library's component, which cannot name one in a
+``settings_class``: its config file's ``???`` keys read their defaults from that class (named
+by its own path, so composing imports no Lightning and a record's value is vramkit's own,
+`vramkit.core.config.settings_schemas.OWN_COMPONENTS`). Its node is not checked as a whole by
+`check_component_settings` (it holds the library's other keys too): the class checks its keys."""
+
+
+def defaults_target(target: str) -> str:
+    """What a ``${settings_default:<target>,<key>}`` of the component `target` names: its
+    `LIBRARY_SETTINGS` class, else the target itself."""
+    return LIBRARY_SETTINGS.get(target, target)
+
+
 def settings_class_of(target: str) -> type[Settings] | None:
-    """The settings class of the component a ``_target_`` names, or None when it has none (or
-    the target cannot be imported: instantiating it reports that)."""
+    """The settings class of the component a ``_target_`` names (or the settings class it
+    names itself, `LIBRARY_SETTINGS`), or None when it has none (or the target cannot be
+    imported: instantiating it reports that)."""
     try:
         component = get_object(current_target(target))
     except Exception:
         return None
+    if isinstance(component, type) and issubclass(component, Settings):
+        return component
     schema = getattr(component, "settings_class", None)
     return schema if isinstance(schema, type) and issubclass(schema, Settings) else None
 

@@ -35,7 +35,7 @@ from omegaconf import OmegaConf
 from pydantic import TypeAdapter
 from pydantic_core import PydanticUndefined
 
-from vramkit.core.config.component_settings import settings_class_of
+from vramkit.core.config.component_settings import defaults_target, settings_class_of
 from vramkit.core.config.conf_tree import CONF_DIR, load_yaml, target_nodes
 from vramkit.core.config.settings import Settings
 
@@ -127,13 +127,14 @@ def with_class_defaults(data: Any, components: tuple[str, ...] | None = None) ->
 
 def file_schema(content: Any) -> dict[str, Any]:
     """The ``???`` keys of the file's ``_target_`` nodes, each as the interpolation that reads
-    the class's default (nested settings keys included: ``augment.dihedral``)."""
+    the class's default (nested settings keys included: ``augment.dihedral``); another library's
+    component names vramkit's settings class for it (`defaults_target`)."""
     schema: dict[str, Any] = {}
     for path, node in target_nodes(content):
         place = schema
         for key in path:
             place = place.setdefault(key, {})
-        place.update(_filled(node, node["_target_"], ""))
+        place.update(_filled(node, defaults_target(node["_target_"]), ""))
     return schema
 
 

@@ -1,16 +1,23 @@
-"""The trainer keys a user types, checked before any work.
+"""The trainer keys a user types, checked before any work, and vramkit's defaults of them.
 
 Lightning checks `max_epochs=abc` deep inside `fit` (a TypeError that never names the key), after
 the run folder and the loggers exist. `check_trainer` checks the values of the keys that
 conf/trainer/*.yaml set and users override, with their types and ranges, and names the file and
 the override in one `ConfigError`. Keys it does not list (strategy nodes, plugins, anything a user
 adds with `+trainer.…`) are left to Lightning.
+
+`TrainerSettings` is also the one place of the defaults vramkit gives those keys:
+conf/trainer/default.yaml says ``???`` for them and reads them from here
+(`vramkit.core.config.component_settings.LIBRARY_SETTINGS`). A key the YAML fills from the
+profile (precision, accumulation, machines) or leaves to Lightning (max_steps, sync_batchnorm)
+has Lightning's own default here, ``Trainer.__init__`` of lightning/pytorch/trainer/trainer.py,
+as the page of keys shows it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import AfterValidator, Field
@@ -46,28 +53,34 @@ def _wall_time(value: str | None) -> str | None:
 
 
 class TrainerSettings(Settings):
-    """Typed values of the trainer keys in conf/trainer/*.yaml."""
+    """Typed values of the trainer keys in conf/trainer/*.yaml, with vramkit's defaults."""
 
-    max_epochs: int | None = Field(None, ge=-1)
-    """Training length in epochs; -1 with max_steps -1 trains until stopped."""
+    max_epochs: int | None = Field(10, ge=-1)
+    """Training length in epochs (a task sets its own); -1 with max_steps -1 trains until
+    stopped."""
     max_steps: int = Field(-1, ge=-1)
-    """Training length in optimizer steps; -1: no limit."""
+    """Training length in optimizer steps; -1: no limit (Lightning's default)."""
     max_time: Annotated[str | None, AfterValidator(_wall_time)] = None
-    """Wall-time limit "DD:HH:MM:SS"; null: none."""
+    """Stop (with a checkpoint) after this wall time, "DD:HH:MM:SS"; null: no limit."""
     precision: Annotated[str, AfterValidator(_lightning_precision)] = "32-true"
-    """Lightning's precision, one of `PRECISIONS`."""
+    """Lightning's precision, one of `PRECISIONS` (conf/trainer takes the profile's)."""
     accumulate_grad_batches: int = Field(1, ge=1)
-    """Micro-batches per optimizer step."""
+    """Micro-batches per optimizer step (conf/trainer takes the profile's)."""
     check_val_every_n_epoch: int | None = Field(1, ge=1)
     """Validate after every n training epochs."""
-    log_every_n_steps: int = Field(50, ge=1)
-    """How often training metrics reach the loggers."""
+    log_every_n_steps: int = Field(10, ge=1)
+    """How often train/ metrics reach the loggers (steps)."""
     gradient_clip_val: float | None = Field(None, ge=0.0)
     """Clip gradients to this norm; null: no clipping."""
-    num_sanity_val_steps: int = Field(2, ge=-1)
-    """Validation batches before training; -1: all."""
+    deterministic: bool | Literal["warn"] = False
+    """true forces deterministic kernels (slower); "warn" only warns about the others."""
+    enable_model_summary: bool = False
+    """Lightning's own summary; vramkit's callbacks.model_summary prints one with counted FLOPs."""
+    num_sanity_val_steps: int = Field(0, ge=-1)
+    """Validation batches before training (-1: all); 0, as the planner, not a sanity pass,
+    guards validation memory."""
     num_nodes: int = Field(1, ge=1)
-    """Machines."""
+    """Machines (conf/trainer takes the profile's)."""
     sync_batchnorm: bool = False
     """BatchNorm statistics over every process."""
 

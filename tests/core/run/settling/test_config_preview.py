@@ -69,3 +69,5 @@ def test_cfg_job_shows_class_defaults_as_values(tmp_path):
     assert "settings_default" not in done.stdout
     data = re.search(r"^data:\n((?:  .*\n)+)", done.stdout, re.MULTILINE).group(1)
     assert "  strict: false\n" in data and "  persistent_workers: true\n" in data
+    trainer = re.search(r"^trainer:\n((?:  .*\n)+)", done.stdout, re.MULTILINE).group(1)
+    assert "  log_every_n_steps: 10\n" in trainer and "  num_sanity_val_steps: 0\n" in trainer
