@@ -16,6 +16,7 @@ from omegaconf.errors import MissingMandatoryValue
 from vramkit.core.callbacks.finite_guard import FiniteGuardSettings
 from vramkit.core.config.settings_schemas import (
     OWN_COMPONENTS,
+    class_default,
     default_values,
     register_settings_schemas,
     with_class_defaults,
@@ -164,3 +165,11 @@ def test_a_run_records_class_defaults_as_values(compose_config) -> None:
     assert "settings_default" in OmegaConf.to_yaml(cfg) and "settings_default" not in recorded
     data = OmegaConf.create(recorded).data
     assert (data.strict, data.persistent_workers, data.train_dir) == (False, True, None)
+
+
+def test_a_component_without_a_settings_class_has_its_defaults_in_its_signature() -> None:
+    assert class_default("textwrap.TextWrapper", "width") == 70
+    assert class_default("json.dumps", "indent") is None
+    for target, key in (("textwrap.TextWrapper", "no_such_key"), ("os.path", "sep")):
+        with pytest.raises(ValueError, match=key):
+            class_default(target, key)

@@ -179,10 +179,11 @@ OLD_STYLE_DATA = {
     "data.persistent_workers": True,
     "data.strict": False,
     "trainer.gradient_clip_val": None,
+    "model.loss.prob_weight": 5.0,
 }
-"""What conf/data/synthetic_text.yaml and conf/trainer/default.yaml wrote for these keys before
-they left their defaults to the settings classes (``???`` composed as ``${settings_default:…}``):
-a run recorded then holds them."""
+"""What conf/data/synthetic_text.yaml, conf/trainer/default.yaml and conf/model/dbnet_r18.yaml
+wrote for these keys before they left their defaults to the settings classes and signatures
+(``???`` composed as ``${settings_default:…}``): a run recorded then holds them."""
 
 
 def _old_style(cfg: DictConfig) -> DictConfig:
@@ -198,6 +199,7 @@ def test_a_run_folder_recorded_with_the_numbers_resumes_under_the_class_defaults
     composed = compose_config(*FIRST_RUN)
     assert OmegaConf.is_interpolation(composed.data, "strict")  # what the schema composes
     assert OmegaConf.is_interpolation(composed.trainer, "gradient_clip_val")
+    assert OmegaConf.is_interpolation(composed.model.loss, "prob_weight")
     checkpoint = _run_folder(tmp_path / "old", _old_style(composed))
     assert check_resume(compose_config(*FIRST_RUN, f"ckpt_path={checkpoint}")) == ResumeVerdict()
     changed = compose_config(*FIRST_RUN, f"ckpt_path={checkpoint}", "data.strict=true")

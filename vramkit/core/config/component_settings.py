@@ -10,8 +10,11 @@ one here could run work (a profile's value) that the early check must not.
 
 from __future__ import annotations
 
+import inspect
+import json
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
@@ -53,6 +56,24 @@ def settings_class_of(target: str) -> type[Settings] | None:
         return component
     schema = getattr(component, "settings_class", None)
     return schema if isinstance(schema, type) and issubclass(schema, Settings) else None
+
+
+def signature_default(target: str, key: str) -> Any:
+    """The default of the keyword `key` of the component `target` names (its class's
+    ``__init__``, or the function), as a config holds it (plain JSON values): the one place of
+    the defaults of a component without a settings class (a task's network or LightningModule).
+    Raises `ValueError` when it has no such default, or one that is no plain value."""
+    try:
+        parameters = inspect.signature(get_object(current_target(target))).parameters
+    except Exception as error:
+        raise ValueError(f"{target}: no signature to take the default of {key} from") from error
+    parameter = parameters.get(key)
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        raise ValueError(f"{target} has no default for {key}")
+    try:
+        return json.loads(json.dumps(parameter.default))
+    except TypeError:
+        raise ValueError(f"{target}'s default of {key} is no config value") from None
 
 
 def component_nodes(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, DictConfig]]:

@@ -18,9 +18,15 @@ own values stay: the schema holds no other key), and a later config or a command
 replaces it as any value. The ``settings_default`` resolver reads the default from the target's
 settings class when the value is read: composing imports no component (no Lightning, no other
 task's module), and the class stays the one place of a default; the YAML says which keys exist
-and what they do. (A later config that sets such a key makes OmegaConf read the interpolation
-while merging, basecontainer.py ``_map_merge``, ``_maybe_dereference_node``: that imports the
-one component the composed config builds anyway.)
+and what they do. A component without a settings class (a task's network or LightningModule, a
+data module of random samples) keeps its defaults in its signature, and a ``???`` of its node
+reads the default from there (`vramkit.core.config.component_settings.signature_default`).
+
+A later config that sets such a key makes OmegaConf read the interpolation while merging
+(basecontainer.py ``_map_merge``, ``_maybe_dereference_node``): that imports the component
+(torch, transformers) while composing. A key that a shipped config merges over therefore keeps
+its value in the file (tests/conf/test_signature_defaults.py lists them, and checks that
+composing each task imports no task module).
 """
 
 from __future__ import annotations
@@ -35,7 +41,11 @@ from omegaconf import OmegaConf
 from pydantic import TypeAdapter
 from pydantic_core import PydanticUndefined
 
-from vramkit.core.config.component_settings import defaults_target, settings_class_of
+from vramkit.core.config.component_settings import (
+    defaults_target,
+    settings_class_of,
+    signature_default,
+)
 from vramkit.core.config.conf_tree import CONF_DIR, load_yaml, target_nodes
 from vramkit.core.config.settings import Settings
 
@@ -72,11 +82,12 @@ def default_values(settings: type[Settings]) -> dict[str, Any]:
 
 def class_default(target: str, key: str) -> Any:
     """The default of `key` (dotted below nested settings: ``augment.dihedral``) in the settings
-    class of the component `target` names, as a config holds it (plain JSON values). Raises
-    `ValueError` when the component has no settings class or the class no such default."""
+    class of the component `target` names, or, for a component without one, in its signature
+    (`signature_default`), as a config holds it (plain JSON values). Raises `ValueError` when
+    neither has that default."""
     settings = settings_class_of(target)
     if settings is None:
-        raise ValueError(f"{target} has no settings class to take the default of {key} from")
+        return signature_default(target, key)
     value: Any = default_values(settings)
     for part in key.split("."):
         if not isinstance(value, dict) or part not in value:

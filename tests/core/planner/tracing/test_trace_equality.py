@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vramkit.core.config.instantiate import instantiate
+from vramkit.core.config.settings_schemas import file_schema, with_class_defaults
 from vramkit.core.planner.cuda.cuda_rules import round_allocation
 from vramkit.core.planner.tracing.batches import grow_batch
 from vramkit.core.planner.tracing.fake_trace import (
@@ -29,7 +30,9 @@ BATCH = 2
 
 
 def tiny_dbnet_config():
-    cfg = OmegaConf.load(CONF_DIR / "model" / "dbnet_r18.yaml")
+    content = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "dbnet_r18.yaml"))
+    content.pop("defaults")  # its schema: the class defaults its ??? keys take, merged below
+    cfg = OmegaConf.merge(content, with_class_defaults(file_schema(content)))
     cfg.compile = False
     cfg.net.backbone_width = 0.25
     cfg.net.inner_channels = 32
