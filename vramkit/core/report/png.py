@@ -26,7 +26,8 @@ report puts them there) or the y axis prints an offset text (``1e-6``, ``+1``) a
 which a long title may reach. Given explicitly, it switches that placement off
 (``Axes.set_title``: a given ``y`` sets ``_autotitlepos`` to False), which measured every tick
 label of the axes once more per draw (``Axes._update_title_position`` calls
-``yaxis.get_tightbbox``): a quarter of a chart's drawing time."""
+``yaxis.get_tightbbox``): 25% of the report's drawing time under cProfile, 67k of its 871k
+Python calls, on the overhead benchmark's run folder."""
 
 
 def set_title(axes: Axes, text: str, **text_properties: Any) -> None:
