@@ -158,3 +158,23 @@ def test_a_lightning_checkpoint_is_read_whole(tmp_path):
     checkpoint = checkpoint_io.read_checkpoint(path)
     assert checkpoint["epoch"] == 2
     assert torch.equal(checkpoint["state_dict"]["w"], torch.arange(3.0))
+
+
+def test_a_link_replaces_its_target_and_later_writes_replace_one_name_only(tmp_path):
+    last, periodic = tmp_path / "last.ckpt", tmp_path / "periodic.ckpt"
+    checkpoint_io.atomic_write_bytes(last, b"epoch 1")
+    periodic.write_bytes(b"an older periodic file")
+    checkpoint_io.atomic_link(last, periodic)
+    assert periodic.samefile(last) and periodic.read_bytes() == b"epoch 1"
+    checkpoint_io.atomic_write_bytes(last, b"epoch 2")  # a new file renamed over one name
+    assert (last.read_bytes(), periodic.read_bytes()) == (b"epoch 2", b"epoch 1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "periodic.ckpt"]
+
+
+def test_a_link_that_cannot_be_made_leaves_the_target_as_it_was(tmp_path):
+    target = tmp_path / "periodic.ckpt"
+    target.write_bytes(b"kept")
+    with pytest.raises(OSError):
+        checkpoint_io.atomic_link(tmp_path / "missing.ckpt", target)
+    assert target.read_bytes() == b"kept"
+    assert [p.name for p in tmp_path.iterdir()] == ["periodic.ckpt"]

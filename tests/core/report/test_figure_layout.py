@@ -3,14 +3,23 @@ and one draw per saved picture (``tight_layout`` drew each twice more)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+from matplotlib.axis import YAxis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from vramkit.core.report.curves import Panel, plot_series, series_figure
+from vramkit.core.report.curves import (
+    TICK_INTERVALS,
+    TICK_STEPS,
+    Panel,
+    plot_series,
+    series_figure,
+)
 from vramkit.core.report.memory_plan_figure import plot_memory_plan
+from vramkit.core.report.png import save_png
 from vramkit.core.report.run_metrics import Series
 from vramkit.core.report.task_figures import ReportFigure, image_grid_margins, save_task_figure
 
@@ -84,3 +93,61 @@ def test_a_task_picture_is_drawn_once_to_save_it(monkeypatch, tmp_path: Path):
     for axes in figure.axes:
         box = axes.get_tightbbox(renderer)
         assert figure.bbox.y1 >= box.y1  # the two-line title inside the picture
+
+
+def test_saving_a_chart_measures_no_tick_label_for_its_titles(monkeypatch, tmp_path: Path):
+    # matplotlib's automatic title placement measures every y tick label once more per title
+    # and draw (Axes._update_title_position -> YAxis.get_tightbbox); the report titles at a
+    # fixed height instead
+    measured: list[int] = []
+    original = YAxis.get_tightbbox
+
+    def counted(self, *args, **kwargs):
+        measured.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(YAxis, "get_tightbbox", counted)
+    plot_series(tmp_path / "chart.png", PANELS)
+    plot_memory_plan(
+        tmp_path / "memory.png", {"train": 1.3}, {"train": 1.4}, 2.5, unit_label="peak"
+    )
+    assert measured == []
+
+
+def test_a_title_clears_the_y_offset_text():
+    # values a few parts in a million apart: the y axis labels them as offsets from 1 and
+    # prints the offset above its top left, where a title at the fixed height would overlap it
+    values = [1.000001, 1.000004, 1.000002]
+    title = "resident set at phase end, main process (GiB) (per epoch)"  # the longest title
+    figure = series_figure([Panel(title, [_series("mem/train_rss_gib", values, per_step=False)])])
+    FigureCanvasAgg(figure).draw()
+    renderer = figure.canvas.get_renderer()
+    (axes,) = figure.axes
+    offset = axes.yaxis.get_offset_text()
+    assert offset.get_text()  # the case this test is about
+    assert not axes.title.get_window_extent(renderer).overlaps(offset.get_window_extent(renderer))
+
+
+def test_an_axis_labels_at_most_six_ticks_on_round_steps():
+    figure = series_figure(PANELS)
+    FigureCanvasAgg(figure).draw()
+    for axes in figure.axes:
+        for axis in (axes.xaxis, axes.yaxis):
+            low, high = axis.get_view_interval()
+            shown = [tick for tick in axis.get_majorticklocs() if low <= tick <= high]
+            assert 2 <= len(shown) <= TICK_INTERVALS + 1
+            step = (shown[1] - shown[0]) / 10 ** math.floor(math.log10(shown[1] - shown[0]))
+            assert any(math.isclose(step, allowed) for allowed in TICK_STEPS)
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_pictures_are_written_with_zlibs_fastest_compression(tmp_path: Path, level):
+    figure = series_figure(PANELS[:1])
+    path = save_png(figure, tmp_path / "chart.png", dpi=50)
+    data = path.read_bytes()
+    start = data.index(b"IDAT") + 4  # the zlib stream: CMF, then FLG whose top bits say its level
+    assert data[start + 1] >> 6 == 0  # FLEVEL 0: "compressor used fastest algorithm" (RFC 1950)
+    if level:  # and matplotlib's own default writes FLEVEL 2 ("default algorithm")
+        figure.savefig(tmp_path / "default.png", dpi=50)
+        default = (tmp_path / "default.png").read_bytes()
+        assert default[default.index(b"IDAT") + 5] >> 6 == 2

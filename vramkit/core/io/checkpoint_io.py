@@ -98,6 +98,30 @@ def atomic_write_bytes(target: str | os.PathLike[str], data: bytes) -> None:
         handle.write(data)
 
 
+def atomic_link(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Make ``target`` a second name of the file ``source`` (a hard link: one file on disk, no
+    copy), replacing what ``target`` held atomically: the link is made under a temporary name
+    and renamed over ``target``, so a reader sees the old file or the new one.
+
+    ``source`` was written by `atomic_output`, which fsync'ed its data; the link adds only a
+    folder entry, which the folder's own fsync makes durable (Linux fsync(2): "Calling fsync()
+    does not necessarily ensure that the entry in the directory containing the file has also
+    reached disk. For that an explicit fsync() on a file descriptor for the directory is also
+    needed."). Writing over either name later replaces that name only (`atomic_output` renames
+    a new file over it); deleting one leaves the other. Raises ``OSError`` where the file
+    system has no hard links (FAT, some network shares) or ``source`` is not a local file.
+    """
+    target = Path(target)
+    temporary = partial_write_path(target)
+    os.link(source, temporary)
+    try:
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_folder(target.parent)
+
+
 def _fsync_folder(folder: Path) -> None:
     # The rename itself lives in the folder's entry table: without this a power cut can lose it.
     # Windows cannot open a folder for fsync; its rename is already durable there.

@@ -13,6 +13,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from vramkit.core.report.curves import PANEL_SIZE_IN, margins
+from vramkit.core.report.png import save_png, set_title
 
 BUDGET_ON_SCALE = 2.0
 """The budget is drawn as a line when it is at most this many times the tallest bar."""
@@ -63,8 +64,8 @@ def memory_plan_figure(
         )
     axes.set_xticks(list(positions), phases)
     axes.set_ylabel("GiB")
-    axes.set_title("peak memory per phase", fontsize=10)
     axes.set_ylim(0, tallest * HEADROOM)
+    set_title(axes, "peak memory per phase", fontsize=10)
     axes.legend(fontsize=8, loc="upper left", ncols=1, framealpha=0.9)
     return figure
 
@@ -87,9 +88,7 @@ def plot_memory_plan(
         unit_label=unit_label,
         predicted_label=predicted_label,
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=dpi)
-    return path
+    return save_png(figure, path, dpi)
 
 
 def _phase_order(phase: str) -> tuple[int, str]:

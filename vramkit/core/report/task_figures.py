@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from matplotlib.figure import Figure
 
 from vramkit.core.report.curves import margins
+from vramkit.core.report.png import save_png
 
 if TYPE_CHECKING:
     import lightning as L
@@ -60,10 +61,7 @@ def save_task_figure(figure: ReportFigure, folder: Path, dpi: int = 110) -> Path
     """Write ``figure`` as ``<folder>/task_<name>.png`` and return the path."""
     if not figure.name.replace("_", "").isalnum():
         raise ValueError(f"report figure names are letters, digits and '_', got {figure.name!r}")
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{TASK_FIGURE_PREFIX}{figure.name}.png"
-    # as laid out: bbox_inches="tight" would draw the figure once more to measure it
-    figure.figure.savefig(path, dpi=dpi)
+    path = save_png(figure.figure, folder / f"{TASK_FIGURE_PREFIX}{figure.name}.png", dpi)
     # the caption travels with the picture, so `python -m vramkit.report` can show it again
     path.with_suffix(".txt").write_text(f"{figure.title}\n{figure.caption}\n")
     return path

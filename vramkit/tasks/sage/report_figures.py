@@ -10,6 +10,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
+from vramkit.core.report.png import set_title
 from vramkit.core.report.task_figures import ReportFigure, image_grid_margins
 from vramkit.tasks.sage.grids.grid_outputs import GridOutput, predict_grid
 from vramkit.tasks.sage.grids.grid_tokens import PAD
@@ -136,7 +137,7 @@ def _draw(chosen: list[tuple[str, _Query]]) -> Figure:
             )
             ax.set_xticks([])
             ax.set_yticks([])
-            ax.set_title(f"{kind}: {label}" if column == 0 else label, fontsize=9)
+            set_title(ax, f"{kind}: {label}" if column == 0 else label, fontsize=9)
     return figure
 
 

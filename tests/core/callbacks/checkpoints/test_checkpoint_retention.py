@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from vramkit.core.callbacks.checkpoints import checkpoint_retention as cr
 from vramkit.core.callbacks.checkpoints.checkpoint_retention import CheckpointRetention
+from vramkit.core.callbacks.checkpoints.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO
 
 MIB = 2**20
@@ -228,3 +230,68 @@ def test_the_storage_log_names_a_long_folder_on_one_line(tmp_path, caplog):
     (message,) = [r.getMessage() for r in caplog.records if "Checkpoint storage" in r.getMessage()]
     assert message.splitlines()[0] == f"Checkpoint storage in {folder}"  # whole, copyable
     assert all(len(line) <= 110 for line in message.splitlines()[1:])
+
+
+def _fit_with_last(folder: Path, retention: CheckpointRetention, max_epochs: int) -> L.Trainer:
+    """A fit whose last.ckpt comes from vramkit's ResumeCheckpoint, as train.py registers it."""
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=max_epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[retention, ResumeCheckpoint(dirpath=str(folder), every_n_train_steps=None)],
+        plugins=[AtomicCheckpointIO()],
+        default_root_dir=folder.parent,
+    )
+    trainer.fit(_ScoreFallsEachEpoch())
+    return trainer
+
+
+def test_a_periodic_checkpoint_is_last_ckpt_under_a_second_name_not_a_second_write(
+    tmp_path, monkeypatch
+):
+    folder = tmp_path / "checkpoints"
+    written: list[str] = []
+    save = AtomicCheckpointIO.save_checkpoint
+
+    def counted(self, checkpoint, path, storage_options=None):
+        written.append(Path(path).name)
+        return save(self, checkpoint, path, storage_options)
+
+    monkeypatch.setattr(AtomicCheckpointIO, "save_checkpoint", counted)
+    _fit_with_last(folder, CheckpointRetention(every_n_epochs=2, keep_last=3), max_epochs=3)
+    assert written == ["last.ckpt"] * 3  # one write per epoch end, none for periodic_epoch_001
+    periodic = folder / "periodic_epoch_001.ckpt"
+    # written at epoch 1 as last.ckpt, which epoch 2 then replaced: the periodic name kept it
+    assert torch.load(periodic, weights_only=True)["epoch"] == 1
+    assert torch.load(folder / "last.ckpt", weights_only=True)["epoch"] == 2
+    assert not periodic.samefile(folder / "last.ckpt")
+
+
+def test_a_linked_periodic_checkpoint_is_one_file_and_pruning_it_keeps_last_ckpt(tmp_path):
+    folder = tmp_path / "checkpoints"
+    retention = CheckpointRetention(every_n_epochs=1, keep_last=1)
+    trainer = _fit_with_last(folder, retention, max_epochs=2)
+    last, newest = folder / "last.ckpt", folder / "periodic_epoch_001.ckpt"
+    assert newest.samefile(last)
+    assert cr._folder_bytes(folder) == last.stat().st_size  # counted once
+    assert [p.name for p in retention.pruned] == ["periodic_epoch_000.ckpt"]
+    retention._delete(newest, "test")  # frees nothing: last.ckpt still holds the file
+    assert torch.load(last, weights_only=True)["epoch"] == 1
+    assert trainer.global_step == 4
+
+
+def test_without_hard_links_the_periodic_checkpoint_is_written_on_its_own(tmp_path, monkeypatch):
+    def no_links(source, target):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    folder = tmp_path / "checkpoints"
+    _fit_with_last(folder, CheckpointRetention(every_n_epochs=1, keep_last=3), max_epochs=1)
+    periodic = folder / "periodic_epoch_000.ckpt"
+    assert not periodic.samefile(folder / "last.ckpt")
+    assert torch.load(periodic, weights_only=True)["epoch"] == 0
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no partial link left

@@ -95,3 +95,26 @@ def test_every_outline_has_a_black_halo_and_ground_truth_is_not_green():
         assert isinstance(halo, patheffects.withStroke)
         red, green, blue = patch.get_edgecolor()[:3]
         assert not (green > 0.6 and red < 0.5 and blue < 0.5), "green outline on green text"
+
+
+class _OneImage(L.LightningDataModule):
+    """A validation set of one image (as the overhead benchmark's)."""
+
+    def val_dataloader(self):
+        (batch, _) = _ValImages().val_dataloader()
+        return [{key: value[:1] for key, value in batch.items()}]
+
+
+def test_a_validation_set_of_one_image_is_one_panel_without_empty_ones():
+    torch.manual_seed(0)
+    module = TextDetectionModule(
+        DBNet(backbone_width=0.25, inner_channels=16, prob_prior=0.99),
+        DBLoss(),
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
+    )
+    module.eval()
+    with torch.no_grad():
+        (figure,) = module.report_figures(SimpleNamespace(datamodule=_OneImage()), samples=3)
+    (axes,) = figure.figure.axes  # three columns were made for it, two of them empty
+    assert axes.get_title().startswith("best: img_0")
+    assert tuple(figure.figure.get_size_inches()) == (3.6, 3.6)

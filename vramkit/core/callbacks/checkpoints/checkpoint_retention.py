@@ -4,7 +4,10 @@ Lightning's ``ModelCheckpoint`` keeps the top-k checkpoints by the monitored met
 ``last.ckpt``. `CheckpointRetention` adds what it lacks:
 
 - a periodic checkpoint ``periodic_epoch_<epoch>.ckpt`` every ``every_n_epochs`` epochs, of
-  which only the newest ``keep_last`` are kept;
+  which only the newest ``keep_last`` are kept. Where vramkit's ``last.ckpt``
+  (`ResumeCheckpoint`) is written at the same epoch end, from the same state, the periodic file
+  is a hard link to it (one file on disk, one serialisation; the folder's size counts it once);
+  elsewhere it is written on its own;
 - a disk budget for the run's checkpoint folder: when the folder grows past ``budget_gib``, the
   oldest periodic checkpoints go first, then ``ModelCheckpoint``'s runner-up top-k files;
 - never deleted: each ``ModelCheckpoint``'s best and last checkpoint, and the checkpoint the
@@ -32,6 +35,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from pydantic import Field
 
+from vramkit.core.callbacks.checkpoints.resume_checkpoint import ResumeCheckpoint
 from vramkit.core.config.settings import ConfigPath, Settings
 from vramkit.core.io.checkpoint_io import AtomicCheckpointIO, atomic_write_bytes, is_partial_write
 from vramkit.core.io.disk_space import free_bytes
@@ -133,6 +137,13 @@ class CheckpointRetention(L.Callback):
         if (trainer.current_epoch + 1) % self.settings.every_n_epochs != 0:
             return
         path = self.folder / f"{PERIODIC_PREFIX}{trainer.current_epoch:03d}.ckpt"
+        writer = _epoch_end_writer(trainer)
+        if writer is not None:
+            # last.ckpt is written after this hook from the epoch's final state: the periodic
+            # checkpoint becomes a second name of that file, not a second serialisation of the
+            # same state (pruned at the next epoch's start, or at the end of the fit)
+            writer.copy_at_epoch_end(path)
+            return
         # a full checkpoint; left unset, Lightning logs a line saying it chose that
         trainer.save_checkpoint(path, weights_only=False)
         self._prune(trainer)
@@ -223,11 +234,12 @@ class CheckpointRetention(L.Callback):
             self._delete(path, reason)
 
     def _delete(self, path: Path, reason: str) -> int:
-        size = path.lstat().st_size
+        """Delete ``path``; the bytes that frees (none for a file with another name left)."""
+        status = path.lstat()
         path.unlink(missing_ok=True)
-        self.pruned.append(PrunedFile(name=path.name, size_bytes=size, reason=reason))
-        log.info("pruned %s (%.1f MiB): %s", path.name, size / MIB, reason)
-        return size
+        self.pruned.append(PrunedFile(name=path.name, size_bytes=status.st_size, reason=reason))
+        log.info("pruned %s (%.1f MiB): %s", path.name, status.st_size / MIB, reason)
+        return status.st_size if status.st_nlink == 1 else 0
 
     def storage_report(self, trainer: L.Trainer) -> dict[str, Any]:
         """What the checkpoint folder holds now (name, size, role) and what was pruned and why."""
@@ -313,7 +325,22 @@ def _oldest_first(folder: Path) -> list[Path]:
 
 
 def _folder_bytes(folder: Path) -> int:
-    return sum(p.lstat().st_size for p in folder.rglob("*") if p.is_file() or p.is_symlink())
+    """Bytes the files in ``folder`` take, each file once however many names (hard links) it has
+    there (a periodic checkpoint linked to last.ckpt)."""
+    sizes = {}
+    for path in folder.rglob("*"):
+        if path.is_file() or path.is_symlink():
+            status = path.lstat()
+            sizes[status.st_dev, status.st_ino] = status.st_size
+    return sum(sizes.values())
+
+
+def _epoch_end_writer(trainer: L.Trainer) -> ResumeCheckpoint | None:
+    """The registered `ResumeCheckpoint` that writes last.ckpt at this epoch's end, if any."""
+    for callback in trainer.checkpoint_callbacks:
+        if isinstance(callback, ResumeCheckpoint) and callback.writes_at_epoch_end(trainer):
+            return callback
+    return None
 
 
 def _writer_alive(path: Path) -> bool:

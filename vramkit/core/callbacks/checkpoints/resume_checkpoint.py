@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from vramkit.core.callbacks.stop_signals import (
     submitit_preempt_signal,
 )
 from vramkit.core.config.settings import Settings
+from vramkit.core.io.checkpoint_io import atomic_link
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,7 @@ class ResumeCheckpoint(ModelCheckpoint):
         preempt = submitit_preempt_signal(os.environ)
         self.stop_signals = StopSignals(signals, hand_over=(preempt,) if preempt else ())
         self._stopped_in_epoch: int | None = None  # epoch whose stop state last.ckpt holds
+        self._epoch_end_copies: list[Path] = []  # more names for this epoch end's checkpoint
 
     @property
     def state_key(self) -> str:
@@ -122,6 +125,23 @@ class ResumeCheckpoint(ModelCheckpoint):
         if key is None:
             key = self.__dict__["_state_key"] = super().state_key
         return key
+
+    def writes_at_epoch_end(self, trainer: L.Trainer) -> bool:
+        """Whether this callback writes a checkpoint at the end of the current training epoch
+        (in a fit, not in the sanity check or a ``fast_dev_run``)."""
+        return self._writes(trainer)
+
+    def copy_at_epoch_end(self, path: str | os.PathLike[str]) -> None:
+        """Have ``path`` hold the checkpoint of the current epoch's end as well, from the state
+        this callback saves then (after every other callback's ``on_train_epoch_end``:
+        Lightning runs checkpoint callbacks last). When that state goes to ``last.ckpt`` too,
+        ``path`` is a hard link to it (`atomic_link`): the same state is not serialised and
+        written twice, as ``ModelCheckpoint(save_last="link")`` links ``last.ckpt`` to the
+        top-k file of the same step (lightning/pytorch/callbacks/model_checkpoint.py,
+        ``_link_checkpoint``; a symbolic link there, which the target's deletion would break).
+        Where no hard link can be made, or ``last.ckpt`` keeps an earlier stop's state, ``path``
+        is written as a checkpoint of its own."""
+        self._epoch_end_copies.append(Path(path))
 
     @property
     def path(self) -> Path:
@@ -179,13 +199,17 @@ class ResumeCheckpoint(ModelCheckpoint):
             replay_validation(checkpoint)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        copies, self._epoch_end_copies = self._epoch_end_copies, []
         if not self._writes(trainer):
             return
         if self.stop_signals.received is not None:
-            self._stop_on_signal(trainer)
+            self._stop_on_signal(trainer, copies)
         if trainer.should_stop and self._stopped_in_epoch == trainer.current_epoch:
-            return  # keep the state of the step the run stopped at
-        self._write(trainer, "end of epoch")
+            # last.ckpt keeps the state of the step the run stopped at; the copies get this one
+            for path in copies:
+                trainer.save_checkpoint(path, weights_only=False)
+            return
+        self._write(trainer, "end of epoch", copies)
 
     # The handlers go back before Lightning's teardown restores the ones from before the fit
     # (Trainer._teardown runs after on_train_end and on_exception, before the teardown hooks).
@@ -204,18 +228,34 @@ class ResumeCheckpoint(ModelCheckpoint):
             and not trainer.fast_dev_run
         )
 
-    def _write(self, trainer: L.Trainer, reason: str) -> None:
+    def _write(self, trainer: L.Trainer, reason: str, copies: Sequence[Path] = ()) -> None:
         # resumable; left unset, Lightning logs a line saying it chose that
         trainer.save_checkpoint(self.path, weights_only=False)
         self._written_at = time.monotonic()
         self.last_model_path = self.best_model_path = str(self.path)
         log.debug("wrote %s at step %d (%s)", self.path, trainer.global_step, reason)
+        for path in copies:
+            self._copy(trainer, path)
 
-    def _stop_on_signal(self, trainer: L.Trainer) -> None:
+    def _copy(self, trainer: L.Trainer, path: Path) -> None:
+        """``path`` as a hard link to the ``last.ckpt`` just written, else written itself."""
+        linked = False
+        if trainer.is_global_zero:  # the one process that writes files
+            try:
+                atomic_link(self.path, path)
+                linked = True
+            except OSError as error:
+                log.debug("%s written on its own, not linked to %s: %s", path, self.path, error)
+        # a write is collective (trainer.save_checkpoint waits at a barrier): every process
+        # takes the way rank 0 took
+        if not trainer.strategy.broadcast(linked):
+            trainer.save_checkpoint(path, weights_only=False)
+
+    def _stop_on_signal(self, trainer: L.Trainer, copies: Sequence[Path] = ()) -> None:
         received = self.stop_signals.received
         assert received is not None
         pending = validation_pending(trainer)
-        self._write(trainer, received.name)
+        self._write(trainer, received.name, copies)
         stopped = (
             f"{received.name}: stopped at step {trainer.global_step} (epoch "
             f"{trainer.current_epoch}"

@@ -11,6 +11,7 @@ from matplotlib import patheffects
 from matplotlib.figure import Figure
 from matplotlib.patches import Polygon
 
+from vramkit.core.report.png import set_title
 from vramkit.core.report.task_figures import ReportFigure, image_grid_margins
 from vramkit.tasks.text_detection.data.device_inputs import to_model_inputs
 from vramkit.tasks.text_detection.evaluation.icdar_eval import ImageCounts, match_image
@@ -86,7 +87,7 @@ def detection_figures(module: BoxPredictor, trainer: L.Trainer, samples: int) ->
     chosen_random = random.Random(0).sample(rest, min(samples, len(rest)))
     rows = [("best", best), ("worst", worst), ("random", chosen_random)]
     rows = [(kind, items) for kind, items in rows if items]
-    figure = _draw(rows, samples)
+    figure = _draw(rows)
     return [
         ReportFigure(
             name="detections",
@@ -133,7 +134,9 @@ def _score_images(module: BoxPredictor, datamodule: Any, limit: int) -> list[_Sc
     return scored
 
 
-def _draw(rows: list[tuple[str, list[_Scored]]], columns: int) -> Figure:
+def _draw(rows: list[tuple[str, list[_Scored]]]) -> Figure:
+    # as many columns as the longest row fills: an empty axes costs as much to make as a full one
+    columns = max(len(items) for _, items in rows)
     size = (3.6 * columns, 3.6 * len(rows))
     figure = Figure(figsize=size)
     axes = figure.subplots(
@@ -170,7 +173,8 @@ def _draw(rows: list[tuple[str, list[_Scored]]], columns: int) -> Figure:
                     )
                 )
             counts = item.counts
-            ax.set_title(
+            set_title(
+                ax,
                 f"{kind}: {item.name}\nhmean {item.hmean:.2f} "
                 f"({counts.matched}/{counts.gt_care} gt, {counts.det_care} det)",
                 fontsize=8,
