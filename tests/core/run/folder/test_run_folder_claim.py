@@ -6,10 +6,15 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from vramkit.core.run.folder.run_folder import claim_run_folder as new_run_folder
+from vramkit.core.run.folder.run_folder import create_run_folder, free_run_folder
 from vramkit.core.run.folder.run_folder_claim import claim_run_folder, withdraw_claim
 
 NOON = 1_700_000_000.0
+
+
+def new_run_folder(runs: Path, now: float, environ: dict[str, str]) -> Path:
+    """A new run's folder as the run makes it: named by the resolver, created by the guard."""
+    return create_run_folder(free_run_folder(runs, now, environ))
 
 
 def _hydra_writes(folder: Path, subdir: str = ".hydra") -> None:

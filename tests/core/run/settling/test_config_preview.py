@@ -71,3 +71,21 @@ def test_cfg_job_shows_class_defaults_as_values(tmp_path):
     assert "  strict: false\n" in data and "  persistent_workers: true\n" in data
     trainer = re.search(r"^trainer:\n((?:  .*\n)+)", done.stdout, re.MULTILINE).group(1)
     assert "  log_every_n_steps: 10\n" in trainer and "  num_sanity_val_steps: 0\n" in trainer
+
+
+@pytest.mark.parametrize("shown", ["job", "all"])
+def test_a_resolved_preview_creates_no_run_folder(tmp_path, shown):
+    # hydra.run.dir is ${run_folder:…}: printed resolved, it names a folder and makes none
+    logs = tmp_path / "logs"
+    command = [sys.executable, str(REPO_ROOT / "train.py"), "+hw=cpu", f"paths.log_dir={logs}"]
+    done = subprocess.run(
+        [*command, "--cfg", shown, "--resolve"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    if shown == "all":  # Hydra's node too
+        assert str(logs / "text_detection" / "runs") in done.stdout  # the folder's name, read
+    assert not logs.exists(), "reading the config created a folder"

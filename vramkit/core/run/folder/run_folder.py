@@ -1,11 +1,17 @@
-"""Run folders: one per run, claimed atomically, and the same one again for a resumed run.
+"""Run folders: one per run, created atomically, and the same one again for a resumed run.
 
 ``conf/hydra/default.yaml`` names the run folder ``${run_folder:<runs folder>,${ckpt_path}}``.
 A folder named only by the time (``${now:%Y-%m-%d_%H-%M-%S}``) is shared by two runs started in
-the same second, which then overwrite each other's checkpoints and config. Here the folder is
-created with ``mkdir`` that fails when it exists (atomic on POSIX file systems, NFS included), and
-a taken name gets a suffix (``..._2``, ``..._3``). A run resumed from ``<run>/checkpoints/*.ckpt``
-writes into ``<run>`` again, with its own config records beside the first ones.
+the same second, which then overwrite each other's checkpoints and config. The resolver only
+names a folder (`free_run_folder`: the time, or ``..._2``, ``..._3`` when a folder of that name
+exists) and creates nothing, so reading a config (``--cfg job --resolve``,
+``OmegaConf.to_container(cfg, resolve=True)``) leaves the disk as it was. The run creates its
+folder in one place, after the checks that need none: the Hydra callback
+`vramkit.core.run.run_folder_guard.RunFolderGuard`, before Hydra's ``run_job`` makes the folder
+and writes into it. `create_run_folder` makes it with ``mkdir`` that fails when it exists (atomic
+on POSIX file systems, NFS included): a run that finds its name taken by a run started in the
+same second takes the next suffix instead. A run resumed from ``<run>/checkpoints/*.ckpt`` writes
+into ``<run>`` again, with its own config records beside the first ones.
 
 Under SLURM the folder is named after the job (``slurm-<job id>[_<array task>]``), and a requeued
 job (``SLURM_RESTART_COUNT`` >= 1) gets its folder back, where Lightning's requeue checkpoint
@@ -26,6 +32,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +53,8 @@ CHECKPOINTS = "checkpoints"
 
 
 def run_folder(runs_dir: str, ckpt_path: str | None = None) -> str:
-    """The folder of this run: the resumed run's own, else a new one claimed in ``runs_dir``.
+    """The folder of this run: the resumed run's own, else a free name in ``runs_dir``
+    (`free_run_folder`). Creates nothing: the run creates it (`create_run_folder`).
 
     Registered with OmegaConf's resolver cache (``use_cache=True``), like Hydra's ``now``: Hydra
     copies a config's cache into every job config of a multirun (``load_sweep_config``), also
@@ -56,7 +64,7 @@ def run_folder(runs_dir: str, ckpt_path: str | None = None) -> str:
         folder = folder_of_checkpoint(Path(ckpt_path))
         if folder is not None:
             return str(folder)
-    return str(claim_run_folder(Path(runs_dir), time.time(), dict(os.environ)))
+    return str(free_run_folder(Path(runs_dir), time.time(), dict(os.environ)))
 
 
 def folder_of_checkpoint(checkpoint: Path) -> Path | None:
@@ -69,30 +77,43 @@ def folder_of_checkpoint(checkpoint: Path) -> Path | None:
     return folder if (folder / RUN_CONFIG).is_file() else None
 
 
-def claim_run_folder(runs_dir: Path, now: float, environ: dict[str, str]) -> Path:
-    """Create and return a folder in ``runs_dir`` that no other run has: named by the local time
-    ``now`` (seconds since the epoch), or by the SLURM job in ``environ``; a taken name gets a
-    suffix. A requeued SLURM job gets its existing folder."""
-    missing = [p for p in (runs_dir, *runs_dir.parents) if not p.exists()]
-    try:
-        runs_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise _unwritable(runs_dir, error) from None
+def free_run_folder(runs_dir: Path, now: float, environ: dict[str, str]) -> Path:
+    """A folder in ``runs_dir`` that does not exist yet, named by the local time ``now`` (seconds
+    since the epoch) or by the SLURM job in ``environ``, a taken name with a suffix; a requeued
+    SLURM job's own folder. Only reads the disk."""
     name = slurm_name(environ) or time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now))
     if name.startswith("slurm-") and int(environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0:
-        (runs_dir / name).mkdir(exist_ok=True)
         return runs_dir / name
-    for attempt in itertools.count(1):
-        folder = runs_dir / (name if attempt == 1 else f"{name}_{attempt}")
+    return next(folder for folder in _suffixed(runs_dir / name) if not folder.exists())
+
+
+def create_run_folder(folder: Path) -> Path:
+    """Create ``folder`` (and the folders above it) and return it; when another run created it
+    since it was named, the first free suffixed name instead (``<name>_2``, ``<name>_3``), each
+    tried with an ``mkdir`` that fails on an existing folder, so no two runs get one folder."""
+    folder = Path(folder).absolute()
+    missing = [p for p in folder.parents if not p.exists()]
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise _unwritable(folder.parent, error) from None
+    for candidate in _suffixed(folder):
         try:
-            folder.mkdir()
+            candidate.mkdir()
         except FileExistsError:
             continue
         except OSError as error:
-            raise _unwritable(runs_dir, error) from None
-        CREATED[folder.absolute()] = (missing[-1] if missing else folder).absolute()
-        return folder
-    raise AssertionError("unreachable")  # itertools.count never ends
+            raise _unwritable(folder.parent, error) from None
+        CREATED[candidate] = missing[-1] if missing else candidate
+        return candidate
+    raise AssertionError("unreachable")  # _suffixed never ends
+
+
+def _suffixed(folder: Path) -> Iterator[Path]:
+    """``folder``, then ``<folder>_2``, ``<folder>_3``, ..."""
+    yield folder
+    for attempt in itertools.count(2):
+        yield folder.with_name(f"{folder.name}_{attempt}")
 
 
 CREATED: dict[Path, Path] = {}
@@ -137,7 +158,7 @@ def record_name(folder: str | Path, name: str) -> str:
 def read_run_file(path: str | Path) -> dict[str, Any]:
     """A YAML record of a run folder (``.hydra/config.yaml``, ``resolved_config.yaml``) as plain
     data: strings stay strings, so a ``${...}`` in it is never resolved (a resolver such as
-    ``run_folder`` creates folders) and nothing in it is instantiated; {} when it holds no
+    ``run_folder`` reads the disk) and nothing in it is instantiated; {} when it holds no
     mapping, or is not YAML."""
     try:  # parsed as OmegaConf parses it (its float rule), converted without resolving
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)

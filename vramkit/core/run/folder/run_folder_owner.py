@@ -69,7 +69,7 @@ def check_folder_owner(
             "folders: choose another folder",
             ("hydra.run.dir",),
         )
-    if trains and _resumes_its_run(folder, ckpt_path, environ):
+    if trains and resumes_its_run(folder, ckpt_path, environ):
         return
     records = run_records(folder)
     if not records:
@@ -111,9 +111,11 @@ def checkpoints_in(folder: Path) -> list[Path]:
     )
 
 
-def _resumes_its_run(
+def resumes_its_run(
     folder: Path, ckpt_path: str | None, environ: Mapping[str, str] | os._Environ
 ) -> bool:
+    """``folder`` is the run folder this run resumes: ``ckpt_path`` lies in it, or it is a
+    requeued SLURM job's own."""
     if ckpt_path and Path(ckpt_path).expanduser().absolute().is_relative_to(folder):
         return True
     restarted = int(environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0

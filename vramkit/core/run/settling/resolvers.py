@@ -1,5 +1,5 @@
-"""The config's own resolvers. None of them plans: the hardware profile's values are plain
-``${hw.…}`` interpolations, settled before the run's config is composed
+"""The config's own resolvers. None of them plans or writes: the hardware profile's values are
+plain ``${hw.…}`` interpolations, settled before the run's config is composed
 (:mod:`vramkit.core.run.settling.settle`).
 
 - ``${project_root:}``: the repository, where ``conf/``, ``data/`` and ``logs/`` live
@@ -7,9 +7,10 @@
 - ``${conf_dir:}``: the config tree, in a checkout or in an installed package (`CONF_DIR`).
 - ``${corpora_dir:}``: the small corpora shipped with vramkit (the topic sentences and their
   tokenizer), in a checkout or in an installed package (`CORPORA_DIR`).
-- ``${run_folder:<runs folder>,${ckpt_path}}`` and ``${run_record:<run folder>,<name>}``: a run
-  folder of its own, the resumed run's folder again, and record names that keep the first run's
-  (:mod:`vramkit.core.run.folder.run_folder`).
+- ``${run_folder:<runs folder>,${ckpt_path}}`` and ``${run_record:<run folder>,<name>}``: the name
+  of a run folder of its own, the resumed run's folder again, and record names that keep the
+  first run's (:mod:`vramkit.core.run.folder.run_folder`). They read the disk and write nothing:
+  the run creates its folder (`vramkit.core.run.run_folder_guard.RunFolderGuard`).
 """
 
 from __future__ import annotations
