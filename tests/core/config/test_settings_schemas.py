@@ -146,7 +146,8 @@ def test_with_class_defaults_reads_class_defaults_only() -> None:
             "unknown": f"${{settings_default:{guard},no_such_key}}",
             "foreign": "${settings_default:os.path,sep}",
         },
-        "folder": "${run_folder:/tmp/runs,${ckpt_path}}",  # a resolver that creates a folder
+        # a resolver that reads the disk: a record's strings are data, never resolved
+        "folder": "${run_folder:/tmp/runs,${ckpt_path}}",
         "batch": ["${hw.batch_size}", 3],
     }
     expected_guard = {

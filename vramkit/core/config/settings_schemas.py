@@ -116,7 +116,7 @@ def with_class_defaults(data: Any, components: tuple[str, ...] | None = None) ->
     """`data` (plain dicts and lists, as a config holds them unresolved) with each value that is
     exactly ``${settings_default:<target>,<key>}`` replaced by that class default, so a config
     composed under the schemas compares by value with one that wrote the numbers (a run recorded
-    before them). Nothing else is resolved: a run folder's ``${run_folder:…}`` creates folders
+    before them). Nothing else is resolved: a run folder's ``${run_folder:…}`` reads the disk
     (its files are data), and ``${hw.…}`` compares as written. `components`: the target prefixes
     allowed (a record's: `OWN_COMPONENTS`), None for any; another target, or one without that
     default, stays as written."""
