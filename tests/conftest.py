@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig
 
 import vramkit
+from tests.slow_tests_first import order_for_workers
 from vramkit.core.run.settling import compose
 
 REPO = Path(vramkit.__file__).resolve().parents[1]
@@ -58,8 +59,20 @@ def toy_icdar_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def shared_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data folder shared by the tests of one session, so tiny datasets are rendered once."""
-    return tmp_path_factory.mktemp("data")
+    """A data folder shared by the tests of one session, so datasets are rendered once.
+
+    Under pytest-xdist each worker's base temporary folder is ``<run's basetemp>/gw<n>``
+    (``xdist/workermanage.py``), so the workers share ``<run's basetemp>/data``: the default
+    task's 1100 synthetic images are rendered by the first worker that needs them, not by each.
+    Sharing is safe: a dataset is written to a temporary folder renamed into place, and a worker
+    that loses the race uses the winner's copy (``ensure_synthetic_dataset``); cache entries are
+    renamed into place likewise (``vramkit/core/io/disk_cache.py``).
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return tmp_path_factory.mktemp("data")
+    shared = tmp_path_factory.getbasetemp().parent / "data"
+    shared.mkdir(exist_ok=True)
+    return shared
 
 
 @pytest.fixture
@@ -121,6 +134,13 @@ LITTER = ("logs", "data", "build", "outputs", "multirun", "wandb")
 tmp paths, so none of them may appear during it."""
 CHECKOUT = Path(__file__).resolve().parents[1]
 _litter_before = pytest.StashKey[set]()
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected: the slices are of what runs
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Set by pytest-xdist in each worker (xdist/remote.py); every worker orders alike.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    items[:] = order_for_workers(items, workers)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

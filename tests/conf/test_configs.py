@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +9,7 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
+from tests.e2e.entry_points import run_entry_point
 from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.run.settling.settle import settle, settled_config
 from vramkit.tasks.sage.teacher_features.teacher_checkpoint import MissingTeacherError
@@ -85,27 +83,27 @@ def test_typo_in_override_names_the_key(compose_config):
         compose_config("+hw=t4", "hw.precison=16-mixed")
 
 
-def _run_train(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "train.py"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def _run_train(monkeypatch, capsys, *args: str, cwd: Path) -> tuple[int, str]:
+    """``python train.py <args>`` run in ``cwd``, in this process (a refusal needs no interpreter
+    of its own): its exit status and stderr."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("PROJECT_ROOT", str(REPO_ROOT))
+    return run_entry_point(monkeypatch, capsys, "train.py", *args)
 
 
 @pytest.mark.skipif(
     torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA"
 )
-def test_literal_plus_hw_t4_refuses_on_a_cpu_machine(tmp_path):
-    result = _run_train(
-        "+hw=t4", f"paths.log_dir={tmp_path}", f"paths.data_dir={tmp_path}/data", cwd=tmp_path
+def test_literal_plus_hw_t4_refuses_on_a_cpu_machine(tmp_path, monkeypatch, capsys):
+    code, output = _run_train(
+        monkeypatch,
+        capsys,
+        "+hw=t4",
+        f"paths.log_dir={tmp_path}",
+        f"paths.data_dir={tmp_path}/data",
+        cwd=tmp_path,
     )
-    output = result.stdout + result.stderr
-    assert result.returncode != 0
+    assert code != 0
     assert "t4" in output
     assert "hw.strict=false" in output
     assert "+hw" in output
@@ -113,9 +111,14 @@ def test_literal_plus_hw_t4_refuses_on_a_cpu_machine(tmp_path):
     assert not (tmp_path / "data").exists()
 
 
-def test_typo_on_the_command_line_names_the_key(tmp_path):
-    result = _run_train(
-        "+hw=cpu", "+hw.precison=16-mixed", f"paths.log_dir={tmp_path}", cwd=tmp_path
+def test_typo_on_the_command_line_names_the_key(tmp_path, monkeypatch, capsys):
+    code, output = _run_train(
+        monkeypatch,
+        capsys,
+        "+hw=cpu",
+        "+hw.precison=16-mixed",
+        f"paths.log_dir={tmp_path}",
+        cwd=tmp_path,
     )
-    assert result.returncode != 0
-    assert "precison" in result.stdout + result.stderr
+    assert code != 0
+    assert "precison" in output
