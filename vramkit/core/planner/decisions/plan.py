@@ -39,6 +39,11 @@ from vramkit.core.planner.decisions.llm_allowance import (
 from vramkit.core.planner.request import ModelFacts, ModuleFactory
 from vramkit.core.planner.shortcuts.output_memo import OutputMemo
 from vramkit.core.planner.tracing.batches import PhaseSamples, cast_floating, grow_batch
+from vramkit.core.planner.tracing.block_extrapolation import (
+    SHORT_COUNTS,
+    carried_total,
+    rebuilt_trace,
+)
 from vramkit.core.planner.tracing.fake_trace import (
     OPTIMIZER_STEP,
     FakeStepRecorder,
@@ -57,6 +62,7 @@ from vramkit.core.planner.tracing.recorder import (
     OPTIMIZER_STATE,
     PARAMETERS,
 )
+from vramkit.core.planner.tracing.repeated_blocks import cut_to, repeated_blocks
 from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.planner.tracing.sharding import ZERO2_OFFLOAD as OFFLOADED_ZERO2
 from vramkit.core.planner.tracing.sharding import model_states, shard_allocated, traced_precision
@@ -177,10 +183,15 @@ class PhasePlan:
         return None if budget_bytes is None else self.peak <= budget_bytes
 
 
+_UNSEARCHED: Any = object()
+
+
 @dataclass
 class _Subject:
     fake_mode: FakeTensorMode
     module: Any
+    blocks: Any = _UNSEARCHED
+    """The module's repeated blocks (`repeated_blocks`), None when it has none."""
 
 
 def _scalar_stand_in(batch: Any) -> int:
@@ -223,6 +234,11 @@ class MemoryPlanner:
     (`trace_inference`)."""
     traces: int = 0
     """How many phase traces ran (a cached measurement does not count)."""
+    extrapolate_blocks: bool = True
+    """Rebuild a phase's trace from the model cut to a few of its repeated blocks where those
+    traces repeat exactly (`block_extrapolation`); False traces every block."""
+    rebuilt_traces: int = 0
+    """How many of `traces` were rebuilt from cut models."""
     _subjects: dict[tuple, _Subject] = field(default_factory=dict, repr=False)
     _output_memo: OutputMemo = field(default_factory=OutputMemo, repr=False)
     _measured: dict[tuple, PhasePlan] = field(default_factory=dict, repr=False)
@@ -307,6 +323,46 @@ class MemoryPlanner:
     def _trace(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:
         setup = _traced_setup(setup)
         subject = self._subject(setup)
+        module = subject.module
+        rebuilt = self._rebuilt(phase, batch_size, setup, subject)
+        if rebuilt is not None:
+            trace, paged = rebuilt
+            self.rebuilt_traces += 1
+        else:
+            trace, paged, _ = self._traced(phase, batch_size, setup, subject)
+        self.traces += 1
+        plan = dataclasses.replace(
+            self._phase_plan(phase, batch_size, setup, trace),
+            paged_optimizer_state=paged,
+            bitsandbytes=self._bitsandbytes(module, setup),
+        )
+        if setup.sharding.sharded and setup.optimizer not in (ZERO2, ZERO2_OFFLOAD):
+            # The trace is one process holding everything; the run's device holds its share.
+            states = model_states(module, setup.sharding.wrap_classes)
+
+            def per_device(allocated: dict[str, int]) -> dict[str, int]:
+                return shard_allocated(
+                    allocated, states, setup.sharding, setup.precision, backward=phase == TRAIN
+                )
+
+            # The workspace moment's model states are sharded as the peak's; the workspace is
+            # each device's own convolution call, as large as in the trace.
+            at_workspace = dict(trace.max_allocated_breakdown)
+            workspace = at_workspace.pop(WORKSPACE, 0)
+            plan = dataclasses.replace(
+                plan,
+                allocated=per_device(plan.allocated),
+                allocated_with_workspaces=sum(per_device(at_workspace).values()) + workspace,
+            )
+        if phase == TRAIN and setup.device is not None and is_adapter_causal_lm(module):
+            plan = _with_llm_allowance(plan)
+        return plan
+
+    def _traced(
+        self, phase: str, batch_size: int, setup: RunSetup, subject: _Subject
+    ) -> tuple[StepTrace, int, FakeStepRecorder]:
+        """Trace `phase` on `subject` as it stands; the trace, the paged optimizer bytes and
+        the recorder (its log)."""
         sample = self.samples.train if phase == TRAIN else self.samples.val
         module = subject.module
         with cuda_semantics(setup) as (semantics, attention), subject.fake_mode:
@@ -347,33 +403,35 @@ class MemoryPlanner:
             paged = getattr(optimizer, "paged_bytes", 0)
             del optimizer, batch
             module.zero_grad(set_to_none=True)
-        self.traces += 1
-        plan = dataclasses.replace(
-            self._phase_plan(phase, batch_size, setup, trace),
-            paged_optimizer_state=paged,
-            bitsandbytes=self._bitsandbytes(module, setup),
-        )
-        if setup.sharding.sharded and setup.optimizer not in (ZERO2, ZERO2_OFFLOAD):
-            # The trace is one process holding everything; the run's device holds its share.
-            states = model_states(module, setup.sharding.wrap_classes)
+        return trace, paged, recorder
 
-            def per_device(allocated: dict[str, int]) -> dict[str, int]:
-                return shard_allocated(
-                    allocated, states, setup.sharding, setup.precision, backward=phase == TRAIN
-                )
-
-            # The workspace moment's model states are sharded as the peak's; the workspace is
-            # each device's own convolution call, as large as in the trace.
-            at_workspace = dict(trace.max_allocated_breakdown)
-            workspace = at_workspace.pop(WORKSPACE, 0)
-            plan = dataclasses.replace(
-                plan,
-                allocated=per_device(plan.allocated),
-                allocated_with_workspaces=sum(per_device(at_workspace).values()) + workspace,
-            )
-        if phase == TRAIN and setup.device is not None and is_adapter_causal_lm(module):
-            plan = _with_llm_allowance(plan)
-        return plan
+    def _rebuilt(
+        self, phase: str, batch_size: int, setup: RunSetup, subject: _Subject
+    ) -> tuple[StepTrace, int] | None:
+        """`phase`'s trace and paged optimizer bytes rebuilt from the model cut to
+        `SHORT_COUNTS` of its repeated blocks (`block_extrapolation`), or None where that does
+        not apply or the short traces do not repeat exactly (the caller then traces it all)."""
+        if not self.extrapolate_blocks or setup.sharding.sharded:
+            return None
+        if setup.optimizer in (ZERO2, ZERO2_OFFLOAD):
+            return None  # flat gradient buckets: not a per-block pattern
+        if subject.blocks is _UNSEARCHED:
+            subject.blocks = repeated_blocks(subject.module)
+        blocks = subject.blocks
+        if blocks is None or len(blocks) <= SHORT_COUNTS[-1]:
+            return None
+        traces, paged, recorders = [], [], []
+        for count in SHORT_COUNTS:
+            with cut_to(blocks, count):
+                trace, paged_bytes, recorder = self._traced(phase, batch_size, setup, subject)
+            traces.append(trace)
+            paged.append(paged_bytes)
+            recorders.append(recorder)
+        carried = carried_total(paged, len(blocks))
+        if carried is None:
+            return None
+        trace = rebuilt_trace(recorders, traces, len(blocks))
+        return None if trace is None else (trace, carried)
 
     def _bitsandbytes(self, module: Any, setup: RunSetup) -> PlannedBitsandbytes | None:
         # The release the quantized layers were built with, else the one the optimizer used.
