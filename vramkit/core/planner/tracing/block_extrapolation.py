@@ -12,11 +12,10 @@ Each log entry becomes a token that does not name its storage: an allocation is 
 category, whether autograd saved it, where it was made (repeated blocks folded to `*`), shape,
 dtype and phase label; a free (or host move) is the token of the allocation it gives back and
 that allocation's rank among the live ones of the same token, counted from the newer end or
-(negative) from the older, whichever is nearer. Tokens of k blocks
-and k+1 blocks are aligned as "the k-block log with chunks inserted" (`insertions`); the chunks
-inserted twice must give the k+2-block log token for token (`expand`), or nothing is rebuilt.
-The N-block log is then the k-block one with each chunk inserted N-k times; replaying it resolves
-each free to the storage of its rank, as the traced logs did.
+(negative) from the older, whichever is nearer. The tokens of k, k+1 and k+2 blocks are aligned
+as "the k-block log with chunks inserted once, and twice" (`insertions`); the N-block log is then
+the k-block one with each chunk inserted N-k times (`expand`). Replaying it resolves each free to
+the storage of its rank, as the traced logs did.
 
 Never under: anything that breaks this (a log that is not the k-block one with chunks inserted,
 chunks that do not repeat at k+2, cuDNN workspaces, a kept timeline) returns None and the caller
@@ -42,8 +41,6 @@ from vramkit.core.planner.tracing.recorder import (
 SHORT_COUNTS = (2, 3, 4)
 """k, k+1, k+2 blocks: from k = 2 on, every block has one before and one after it, as in the
 whole model."""
-_AGREEMENT_CAP = 512
-"""How far (tokens) two ways of ending an inserted chunk are compared (`insertions`)."""
 
 
 @dataclass
@@ -95,58 +92,59 @@ def log_tokens(recorder: StorageRecorder, tokens: Tokens) -> list[int] | None:
     return out
 
 
-def insertions(short: Sequence[int], longer: Sequence[int]) -> list[tuple[int, list[int]]] | None:
-    """`longer` as `short` with chunks inserted: (position in `short`, chunk) in order, or None
-    when it is not.
+def insertions(
+    short: Sequence[int], longer: Sequence[int], longest: Sequence[int]
+) -> list[tuple[int, list[int]]] | None:
+    """The chunks that make `longer` out of `short` when inserted once and `longest` when
+    inserted twice, each at its place: (position in `short`, chunk) in order; None when there
+    are none.
 
-    Walks both while they agree; where they part, a chunk of `longer` is skipped, the one after
-    which the two agree longest first (then the shortest); a choice that leads nowhere is undone
-    (depth first, each dead end remembered). Chunks can lie a token apart (a `foreach` op's
-    outputs, one list per op), so no agreement can be required after a chunk. Any
-    split that works serves: a chunk inserted once more at its place gives the same log
-    wherever an equivalent split puts it (conjugate words), and `expand` checks the split
-    against the k+2-block log.
+    Walks the three logs while they agree; where they part, a chunk of `longer` is skipped (the
+    shortest first) that `longest` holds twice at that point and after which `short`'s next
+    token comes; a choice that leads nowhere is undone (depth first, each dead end
+    remembered). Chunks can lie a token apart (a `foreach` op's outputs, one list per op), and
+    `longer` alone can be split in ways that repeat wrongly (a list of allocations and the list
+    of their frees taken as one chunk): `longest` tells them apart. Walking on while all three
+    agree loses nothing: a chunk that begins with the token after it is the same chunk rotated,
+    which inserted any number of times gives the same log.
     """
     n, m = len(short), len(longer)
     spare = m - n
-    if spare <= 0:
+    if spare <= 0 or len(longest) != m + spare:
         return None
     where: dict[int, list[int]] = {}
     for position, token in enumerate(longer):
         where.setdefault(token, []).append(position)
 
     def agree(i: int, j: int) -> tuple[int, int]:
-        while i < n and j < m and short[i] == longer[j]:
+        # `longest` is at 2j - i: every token `longer` inserted so far is there twice.
+        while i < n and j < m and short[i] == longer[j] == longest[2 * j - i]:
             i += 1
             j += 1
         return i, j
 
-    def _agreement(i: int, j: int) -> int:
-        run = 0
-        while run < _AGREEMENT_CAP and i + run < n and j + run < m:
-            if short[i + run] != longer[j + run]:
-                break
-            run += 1
-        return run
+    def twice(i: int, j: int, end: int) -> bool:
+        chunk = longer[j:end]
+        at = 2 * j - i
+        size = end - j
+        return longest[at : at + size] == chunk and longest[at + size : at + 2 * size] == chunk
 
     dead: set[tuple[int, int]] = set()
     # Each frame: a state where the logs part, and the chunk ends still to try there.
     frames: list[tuple[int, int, list[int]]] = []
     i, j = agree(0, 0)
     while True:
-        if i == n:
+        if i == n and twice(i, j, m):
             chunks = [(at, list(longer[start:end])) for at, start, (end, *_) in frames]
             if j < m:
                 chunks.append((n, list(longer[j:])))
             return chunks
         left = spare - (j - i)
-        if (i, j) not in dead and left > 0:
+        if i < n and (i, j) not in dead and left > 0:
             positions = where.get(short[i], [])
             first = bisect.bisect_right(positions, j)
             last = bisect.bisect_right(positions, j + left)
-            # The end after which the logs agree longest first: an end inside the true chunk
-            # (a token that also occurs in a block) agrees only until the chunk's real end.
-            ends = sorted(positions[first:last], key=lambda end: (-_agreement(i, end), end))
+            ends = [end for end in positions[first:last] if twice(i, j, end)]
             if ends:
                 frames.append((i, j, ends))
                 i, j = agree(i, ends[0])
@@ -221,8 +219,8 @@ def rebuilt_trace(
     if any(log is None for log in logs):
         return None
     first, second, third = logs
-    chunks = insertions(first, second)
-    if chunks is None or expand(first, chunks, 2) != third:
+    chunks = insertions(first, second, third)
+    if chunks is None:
         return None
     if len({frozenset(trace.attention_kernels) for trace in traces}) != 1:
         return None
