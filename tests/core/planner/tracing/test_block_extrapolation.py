@@ -132,7 +132,7 @@ def test_the_replayed_log_gives_the_recorders_own_trace():
     subject = planner._subject(setup)
     trace, _, recorder = planner._traced(TRAIN, 2, setup, subject)
     tokens = Tokens()
-    again = step_result(replay(log_tokens(recorder, tokens), tokens, recorder.round_bytes))
+    again = step_result(replay(log_tokens(recorder, tokens), tokens))
     assert again.peak_bytes == trace.peak_bytes > 0
     assert again.breakdown == trace.breakdown
     assert again.peak_at == trace.peak_at

@@ -174,10 +174,10 @@ def expand(short: Sequence[int], chunks: Sequence[tuple[int, list[int]]], copies
     return out
 
 
-def replay(log: Sequence[int], tokens: Tokens, round_bytes: object) -> StorageRecorder:
+def replay(log: Sequence[int], tokens: Tokens) -> StorageRecorder:
     """A recorder that has seen the step `log` (tokens) describes: its peaks, what was live at
     them, their labels and the allocation events, by the recorder's own accounting."""
-    recorder = StorageRecorder(round_bytes=round_bytes)  # never entered: nothing dispatches
+    recorder = StorageRecorder()  # never entered: the sizes come rounded in the tokens
     table = tokens.table
     live: dict[int, list[int]] = {}
     left: set[int] = set()
@@ -224,9 +224,7 @@ def rebuilt_trace(
         return None
     if len({frozenset(trace.attention_kernels) for trace in traces}) != 1:
         return None
-    recorder = replay(
-        expand(first, chunks, blocks - SHORT_COUNTS[0]), tokens, recorders[0].round_bytes
-    )
+    recorder = replay(expand(first, chunks, blocks - SHORT_COUNTS[0]), tokens)
     kernels = traces[-1].attention_kernels
     return dataclasses.replace(step_result(recorder), attention_kernels=kernels)
 
