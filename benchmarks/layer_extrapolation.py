@@ -22,6 +22,10 @@ N-block sequence is the k-block one with the chunks k+1 blocks insert repeated N
 Without `--plan` it plans Phi-1.5 on the RTX 4090 Laptop profile (`plan_speed`'s "phi" case);
 it writes ``results/layer_extrapolation.json``. The finder of the block list:
 `repeated_blocks` (an `nn.ModuleList` of at least 4 children of the same structure).
+
+This was the study that showed straight lines to be wrong; the planner now rebuilds the N-block
+allocation log itself (`vramkit/core/planner/tracing/block_extrapolation.py`), and this check
+runs with that turned off.
 """
 
 from __future__ import annotations
@@ -37,87 +41,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from torch import nn
-
 from benchmarks.plan_speed import CASES
 from benchmarks.record import REPO_ROOT, write_result
 from vramkit.core.planner.cuda import cuda_rules
 from vramkit.core.planner.decisions import plan as plan_module
 from vramkit.core.planner.tracing.recorder import CATEGORIES, StorageRecorder
+from vramkit.core.planner.tracing.repeated_blocks import cut_to, repeated_blocks
 
-MIN_BLOCKS = 4
 SHORT_COUNTS = (2, 3, 4)
 """k, k+1, k+2: from k = 2 on, each block has one before and one after it, as in the model."""
-_PLAIN = (bool, int, float, str, type(None))
-
-
-def _attributes(module: nn.Module) -> dict[str, Any]:
-    """The plain attributes `module` keeps (its configuration) and how many hooks it has."""
-    values: dict[str, Any] = {}
-    for name, value in vars(module).items():
-        if name.endswith("hooks"):
-            values[name] = len(value)
-        elif name.startswith("_"):
-            continue
-        elif isinstance(value, _PLAIN) or (
-            isinstance(value, tuple) and all(isinstance(v, _PLAIN) for v in value)
-        ):
-            values[name] = value
-        elif not isinstance(value, (torch.Tensor, nn.Module)):
-            values[name] = type(value).__qualname__
-    return values
-
-
-def block_signature(block: nn.Module) -> dict[tuple[str, str], Any]:
-    """Per submodule of `block`: its class, parameters and buffers (shape, dtype, whether
-    trained) and plain attributes."""
-    signature: dict[tuple[str, str], Any] = {}
-    for name, module in block.named_modules():
-        signature[name, "<class>"] = type(module).__qualname__
-        for key, p in module._parameters.items():
-            if p is not None:
-                signature[name, f"<parameter {key}>"] = (tuple(p.shape), p.dtype, p.requires_grad)
-        for key, b in module._buffers.items():
-            if b is not None:
-                signature[name, f"<buffer {key}>"] = (tuple(b.shape), b.dtype)
-        for key, value in _attributes(module).items():
-            signature[name, key] = value
-    return signature
-
-
-def identical_blocks(blocks: Sequence[nn.Module]) -> bool:
-    """Whether all `blocks` have one signature, an attribute counting them (0, 1, 2, ...:
-    Hugging Face's `layer_idx`) aside."""
-    signatures = [block_signature(block) for block in blocks]
-    if any(s.keys() != signatures[0].keys() for s in signatures[1:]):
-        return False
-    for key in signatures[0]:
-        values = [s[key] for s in signatures]
-        if values != list(range(len(blocks))) and any(v != values[0] for v in values[1:]):
-            return False
-    return True
-
-
-def repeated_blocks(model: nn.Module) -> nn.ModuleList | None:
-    """The `nn.ModuleList` of at least `MIN_BLOCKS` identical blocks with the most parameters."""
-    found = [
-        (sum(p.numel() for p in module.parameters()), path, module)
-        for path, module in model.named_modules()
-        if type(module) is nn.ModuleList and len(module) >= MIN_BLOCKS and identical_blocks(module)
-    ]
-    return max(found, key=lambda item: item[0])[2] if found else None
-
-
-@contextlib.contextmanager
-def cut_to(blocks: nn.ModuleList, count: int) -> Iterator[None]:
-    """While inside, `blocks` holds only its first `count` blocks (the same objects)."""
-    kept = blocks._modules
-    blocks._modules = dict(list(kept.items())[:count])
-    try:
-        yield
-    finally:
-        blocks._modules = kept
 
 
 def carried(values: Sequence[int], target: int) -> tuple[int, int]:
@@ -279,6 +211,8 @@ class ShortTraceCheck:
             return made
 
         def measure(planner_self, phase, batch_size, setup):
+            # The study compares carried figures with whole traces: none rebuilt from blocks.
+            planner_self.extrapolate_blocks = False
             return check._measure(trace, planner_self, phase, batch_size, setup)
 
         planner._trace, planner._subject = measure, cut_subject

@@ -39,6 +39,11 @@ from vramkit.core.planner.decisions.llm_allowance import (
 from vramkit.core.planner.request import ModelFacts, ModuleFactory
 from vramkit.core.planner.shortcuts.output_memo import OutputMemo
 from vramkit.core.planner.tracing.batches import PhaseSamples, cast_floating, grow_batch
+from vramkit.core.planner.tracing.block_extrapolation import (
+    SHORT_COUNTS,
+    carried_total,
+    rebuilt_trace,
+)
 from vramkit.core.planner.tracing.fake_trace import (
     OPTIMIZER_STEP,
     FakeStepRecorder,
@@ -57,10 +62,15 @@ from vramkit.core.planner.tracing.recorder import (
     OPTIMIZER_STATE,
     PARAMETERS,
 )
+from vramkit.core.planner.tracing.repeated_blocks import cut_to, repeated_blocks
 from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.planner.tracing.sharding import ZERO2_OFFLOAD as OFFLOADED_ZERO2
 from vramkit.core.planner.tracing.sharding import model_states, shard_allocated, traced_precision
-from vramkit.core.planner.tracing.subject import build_module, build_optimizer
+from vramkit.core.planner.tracing.subject import (
+    build_meta_module,
+    build_optimizer,
+    finish_module,
+)
 from vramkit.core.quantization.bitsandbytes_rules import PlannedBitsandbytes, planned_bitsandbytes
 from vramkit.core.quantization.planned_linear import PlannedQuantizedLinear
 from vramkit.core.units import GIB
@@ -181,6 +191,11 @@ class PhasePlan:
 class _Subject:
     fake_mode: FakeTensorMode
     module: Any
+    blocks: Any = None
+    """In a model cut to `SHORT_COUNTS[-1]` of its repeated blocks (`_short_subject`): that
+    block list; None in a whole model."""
+    block_count: int = 0
+    """How many blocks the whole model has (0 in a whole model)."""
 
 
 def _scalar_stand_in(batch: Any) -> int:
@@ -223,17 +238,54 @@ class MemoryPlanner:
     (`trace_inference`)."""
     traces: int = 0
     """How many phase traces ran (a cached measurement does not count)."""
+    extrapolate_blocks: bool = True
+    """Rebuild a phase's trace from the model cut to a few of its repeated blocks where those
+    traces repeat exactly (`block_extrapolation`); False traces every block."""
+    rebuilt_traces: int = 0
+    """How many of `traces` were rebuilt from cut models."""
     _subjects: dict[tuple, _Subject] = field(default_factory=dict, repr=False)
+    _short_subjects: dict[tuple, _Subject | None] = field(default_factory=dict, repr=False)
     _output_memo: OutputMemo = field(default_factory=OutputMemo, repr=False)
     _measured: dict[tuple, PhasePlan] = field(default_factory=dict, repr=False)
 
     def _subject(self, setup: RunSetup) -> _Subject:
+        """The whole model `setup` builds, traced as it is."""
         key = setup.module_key
         if key not in self._subjects:
-            fake_mode = FakeTensorMode()
-            factory = functools.partial(self.module_factory, setup.model_overrides)
-            self._subjects[key] = _Subject(fake_mode, build_module(factory, setup, fake_mode))
+            meta = build_meta_module(functools.partial(self.module_factory, setup.model_overrides))
+            self._subjects[key] = self._finished(meta, setup)
         return self._subjects[key]
+
+    def _short_subject(self, setup: RunSetup) -> _Subject | None:
+        """The model `setup` builds cut to `SHORT_COUNTS[-1]` of its repeated blocks, for the
+        short traces (`_rebuilt`); None when it has no more blocks than that.
+
+        A module of its own: a trace can change the module it runs (bitsandbytes converts a
+        4-bit layer's bias to the input's dtype on its first call), so the whole model traced
+        after short traces must be the one a plan without them would have traced. Where there
+        are no repeated blocks, the build becomes the whole model (`_subject`).
+        """
+        key = setup.module_key
+        if key not in self._short_subjects:
+            meta = build_meta_module(functools.partial(self.module_factory, setup.model_overrides))
+            blocks = repeated_blocks(meta)
+            short = None
+            if blocks is None or len(blocks) <= SHORT_COUNTS[-1]:
+                if key not in self._subjects:
+                    self._subjects[key] = self._finished(meta, setup)
+            else:
+                count = len(blocks)
+                blocks._modules = dict(list(blocks._modules.items())[: SHORT_COUNTS[-1]])
+                short = dataclasses.replace(
+                    self._finished(meta, setup), blocks=blocks, block_count=count
+                )
+            self._short_subjects[key] = short
+        return self._short_subjects[key]
+
+    @staticmethod
+    def _finished(meta: Any, setup: RunSetup) -> _Subject:
+        fake_mode = FakeTensorMode()
+        return _Subject(fake_mode, finish_module(meta, setup, fake_mode))
 
     def measure(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:
         """Trace `phase` ("train", "val" or "inference") at `batch_size` under `setup`."""
@@ -284,7 +336,9 @@ class MemoryPlanner:
         traced = self._measured.get((TRAIN, batch_size, reference))
         if reference == setup or traced is None or not traced.peak_at.endswith(OPTIMIZER_STEP):
             return None
-        self._subject(_traced_setup(setup))
+        traced_setup = _traced_setup(setup)
+        if not (self.extrapolate_blocks and self._short_subject(traced_setup)):
+            self._subject(traced_setup)
         overhead = 0
         if setup.device is not None:
             overhead = setup.device.overhead_bytes(traced.allocated_peak, (), backward=True)
@@ -306,7 +360,47 @@ class MemoryPlanner:
 
     def _trace(self, phase: str, batch_size: int, setup: RunSetup) -> PhasePlan:
         setup = _traced_setup(setup)
-        subject = self._subject(setup)
+        rebuilt = self._rebuilt(phase, batch_size, setup)
+        if rebuilt is not None:
+            trace, paged, module = rebuilt
+            self.rebuilt_traces += 1
+        else:
+            subject = self._subject(setup)
+            trace, paged, _ = self._traced(phase, batch_size, setup, subject)
+            module = subject.module
+        self.traces += 1
+        plan = dataclasses.replace(
+            self._phase_plan(phase, batch_size, setup, trace),
+            paged_optimizer_state=paged,
+            bitsandbytes=self._bitsandbytes(module, setup),
+        )
+        if setup.sharding.sharded and setup.optimizer not in (ZERO2, ZERO2_OFFLOAD):
+            # The trace is one process holding everything; the run's device holds its share.
+            states = model_states(module, setup.sharding.wrap_classes)
+
+            def per_device(allocated: dict[str, int]) -> dict[str, int]:
+                return shard_allocated(
+                    allocated, states, setup.sharding, setup.precision, backward=phase == TRAIN
+                )
+
+            # The workspace moment's model states are sharded as the peak's; the workspace is
+            # each device's own convolution call, as large as in the trace.
+            at_workspace = dict(trace.max_allocated_breakdown)
+            workspace = at_workspace.pop(WORKSPACE, 0)
+            plan = dataclasses.replace(
+                plan,
+                allocated=per_device(plan.allocated),
+                allocated_with_workspaces=sum(per_device(at_workspace).values()) + workspace,
+            )
+        if phase == TRAIN and setup.device is not None and is_adapter_causal_lm(module):
+            plan = _with_llm_allowance(plan)
+        return plan
+
+    def _traced(
+        self, phase: str, batch_size: int, setup: RunSetup, subject: _Subject
+    ) -> tuple[StepTrace, int, FakeStepRecorder]:
+        """Trace `phase` on `subject` as it stands; the trace, the paged optimizer bytes and
+        the recorder (its log)."""
         sample = self.samples.train if phase == TRAIN else self.samples.val
         module = subject.module
         with cuda_semantics(setup) as (semantics, attention), subject.fake_mode:
@@ -347,33 +441,32 @@ class MemoryPlanner:
             paged = getattr(optimizer, "paged_bytes", 0)
             del optimizer, batch
             module.zero_grad(set_to_none=True)
-        self.traces += 1
-        plan = dataclasses.replace(
-            self._phase_plan(phase, batch_size, setup, trace),
-            paged_optimizer_state=paged,
-            bitsandbytes=self._bitsandbytes(module, setup),
-        )
-        if setup.sharding.sharded and setup.optimizer not in (ZERO2, ZERO2_OFFLOAD):
-            # The trace is one process holding everything; the run's device holds its share.
-            states = model_states(module, setup.sharding.wrap_classes)
+        return trace, paged, recorder
 
-            def per_device(allocated: dict[str, int]) -> dict[str, int]:
-                return shard_allocated(
-                    allocated, states, setup.sharding, setup.precision, backward=phase == TRAIN
-                )
-
-            # The workspace moment's model states are sharded as the peak's; the workspace is
-            # each device's own convolution call, as large as in the trace.
-            at_workspace = dict(trace.max_allocated_breakdown)
-            workspace = at_workspace.pop(WORKSPACE, 0)
-            plan = dataclasses.replace(
-                plan,
-                allocated=per_device(plan.allocated),
-                allocated_with_workspaces=sum(per_device(at_workspace).values()) + workspace,
-            )
-        if phase == TRAIN and setup.device is not None and is_adapter_causal_lm(module):
-            plan = _with_llm_allowance(plan)
-        return plan
+    def _rebuilt(
+        self, phase: str, batch_size: int, setup: RunSetup
+    ) -> tuple[StepTrace, int, Any] | None:
+        """`phase`'s trace and paged optimizer bytes rebuilt from the model cut to
+        `SHORT_COUNTS` of its repeated blocks (`block_extrapolation`), with the cut module; None
+        where that does not apply or the short traces do not repeat exactly (the caller then
+        traces the whole model)."""
+        if not self.extrapolate_blocks or setup.sharding.sharded:
+            return None
+        subject = self._short_subject(setup)
+        if subject is None:
+            return None
+        traces, paged, recorders = [], [], []
+        for count in SHORT_COUNTS:
+            with cut_to(subject.blocks, count):
+                trace, paged_bytes, recorder = self._traced(phase, batch_size, setup, subject)
+            traces.append(trace)
+            paged.append(paged_bytes)
+            recorders.append(recorder)
+        carried = carried_total(paged, subject.block_count)
+        if carried is None:
+            return None
+        trace = rebuilt_trace(recorders, traces, subject.block_count)
+        return None if trace is None else (trace, carried, subject.module)
 
     def _bitsandbytes(self, module: Any, setup: RunSetup) -> PlannedBitsandbytes | None:
         # The release the quantized layers were built with, else the one the optimizer used.

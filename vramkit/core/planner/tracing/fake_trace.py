@@ -493,7 +493,8 @@ def _register_optimizer_state(optimizer: torch.optim.Optimizer, recorder: Storag
     recorder.register(tensors, OPTIMIZER_STATE, owners=owners)
 
 
-def _result(recorder: StorageRecorder, attention: CudaAttention | None) -> StepTrace:
+def step_result(recorder: StorageRecorder, attention: CudaAttention | None = None) -> StepTrace:
+    """What `recorder` saw of a phase, as a `StepTrace` (the kernels `attention` chose)."""
     holders = recorder.peak_holders()
     with_workspaces = recorder.peak_with_workspaces
     return StepTrace(
@@ -577,7 +578,7 @@ def trace_training(
     finally:
         remove_hooks()
         recorder.close()
-    return _result(recorder, attention)
+    return step_result(recorder, attention)
 
 
 def prepare_resident_state(module: L.LightningModule, optimizer: torch.optim.Optimizer) -> None:
@@ -610,7 +611,7 @@ def trace_validation(
     finally:
         module.train()
         recorder.close()
-    return _result(recorder, attention)
+    return step_result(recorder, attention)
 
 
 def trace_inference(
@@ -649,7 +650,7 @@ def trace_inference(
     finally:
         module.train()
         recorder.close()
-    return _result(recorder, attention)
+    return step_result(recorder, attention)
 
 
 def _evaluation_step(

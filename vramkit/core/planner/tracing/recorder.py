@@ -45,6 +45,12 @@ CATEGORIES = (PARAMETERS, GRADIENTS, OPTIMIZER_STATE, INPUTS, ACTIVATIONS)
 
 _DEVICE_QUERY = torch.ops.prim.device.default
 
+ALLOC = "alloc"
+FREE = "free"
+LEAVE = "leave"
+RESET = "reset"
+"""The kinds of entries in `StorageRecorder.log`."""
+
 
 @dataclass
 class RecordedPeak:
@@ -100,6 +106,11 @@ class StorageRecorder(TorchDispatchMode):
         self._owners: dict[int, str] = {}
         self.events: list[tuple[int, int]] = []
         """Every allocation (serial, bytes) and free (serial, 0) in order, for the allocator."""
+        self.log: list[tuple] = []
+        """Every change of the live set in order, zero-byte storages included: (ALLOC, serial,
+        bytes, phase label), (FREE, serial), (LEAVE, serial) for `leave_out`, (RESET, label) for
+        `reset_peak`. Replaying it through `replay` remakes the recorder's peaks and events
+        (`block_extrapolation` rebuilds an N-block step's log from shorter ones)."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -231,19 +242,26 @@ class StorageRecorder(TorchDispatchMode):
         gone: set[int] = set()
         for tensor in tensors:
             serial = self._track(tensor)
-            self._snapshot_peak()  # before the live set shrinks
-            if serial is None or serial not in self._live:
-                continue
-            size = self._live.pop(serial)
-            self.current -= size
-            gone.add(serial)
-            for recorded in {id(p): p for p in (self.peak, self.peak_with_workspaces)}.values():
-                if recorded.live.pop(serial, None) is not None:
-                    recorded.bytes -= size
+            if serial is not None and self._leave(serial):
+                gone.add(serial)
         if gone:
             self.events = [event for event in self.events if event[0] not in gone]
+
+    def _leave(self, serial: int) -> bool:
+        """Take `serial` out of the live set and the recorded peaks; whether it was live. The
+        caller takes it out of `events`."""
+        self._snapshot_peak()  # before the live set shrinks
+        if serial not in self._live:
+            return False
+        self.log.append((LEAVE, serial))
+        size = self._live.pop(serial)
+        self.current -= size
+        for recorded in {id(p): p for p in (self.peak, self.peak_with_workspaces)}.values():
+            if recorded.live.pop(serial, None) is not None:
+                recorded.bytes -= size
         if self.peak_with_workspaces.bytes < self.peak.bytes:  # keep it the larger of the two
             self.peak_with_workspaces = self.peak
+        return True
 
     def note_forward_end(self) -> None:
         """Mark the activations alive now, at the end of a forward pass, as saved for backward.
@@ -274,6 +292,7 @@ class StorageRecorder(TorchDispatchMode):
 
     def reset_peak(self) -> None:
         """Start a new peak from what is live now (the next phase's measurement)."""
+        self.log.append((RESET, self._label))
         self.peak = RecordedPeak(self.current, self._label, dict(self._live))
         self.peak_with_workspaces = self.peak
 
@@ -307,23 +326,30 @@ class StorageRecorder(TorchDispatchMode):
         serial = self._serial_of.get(address)
         if serial is not None:
             return serial
-        size = self.round_bytes(storage.nbytes())
+        serial = self._add(
+            self.round_bytes(storage.nbytes()), (self._where(), tuple(tensor.shape), tensor.dtype)
+        )
+        self._serial_of[address] = serial
+        self._finalizers[serial] = weakref.finalize(storage, self._free, address, serial)
+        return serial
+
+    def _add(self, size: int, origin: tuple[str, tuple[int, ...], torch.dtype]) -> int:
+        """Count a new storage of `size` bytes made at `origin`; its serial."""
         raises_peak = self.current + size > self._peak.bytes
         if not raises_peak:
             self._snapshot_peak()  # the latest peak's live set does not hold this storage
         serial = self._next_serial
         self._next_serial += 1
-        self._serial_of[address] = serial
         self._live[serial] = size
+        self.log.append((ALLOC, serial, size, self._label))
         if size:
             self.events.append((serial, size))
-        self._origin[serial] = (self._where(), tuple(tensor.shape), tensor.dtype)
+        self._origin[serial] = origin
         self.current += size
         if raises_peak:
             self._peak = self._unsnapshotted = RecordedPeak(self.current, self._label)
         if self.current > self.peak_with_workspaces.bytes:
             self.peak_with_workspaces = self._peak  # above every workspace: the peak itself
-        self._finalizers[serial] = weakref.finalize(storage, self._free, address, serial)
         return serial
 
     def _where(self) -> str:
@@ -332,11 +358,17 @@ class StorageRecorder(TorchDispatchMode):
         return self._scope.current(in_backward=torch._C._current_graph_task_id() != -1)
 
     def _free(self, address: int, serial: int) -> None:
+        self._remove(serial)
+        if self._serial_of.get(address) == serial:
+            del self._serial_of[address]
+        self._finalizers.pop(serial, None)
+
+    def _remove(self, serial: int) -> None:
+        """The storage `serial` is gone: its block goes back to the allocator."""
         self._snapshot_peak()
+        if serial in self._live:
+            self.log.append((FREE, serial))
         size = self._live.pop(serial, 0)
         self.current -= size
         if size:
             self.events.append((serial, 0))
-        if self._serial_of.get(address) == serial:
-            del self._serial_of[address]
-        self._finalizers.pop(serial, None)

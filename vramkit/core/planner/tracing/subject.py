@@ -108,6 +108,12 @@ def build_module(
 ) -> L.LightningModule:
     """The LightningModule `factory` builds, with fake weights, in training mode, as `setup`
     runs it."""
+    return finish_module(build_meta_module(factory), setup, fake_mode)
+
+
+def build_meta_module(factory: Callable[[], Any]) -> L.LightningModule:
+    """The LightningModule `factory` builds, configured (`configure_model`), its weights on the
+    meta device; `finish_module` makes it traceable."""
     with torch.device("meta"):
         module = factory()
     if not isinstance(module, L.LightningModule):
@@ -123,6 +129,14 @@ def build_module(
     with torch.device("meta"):
         module.configure_model()
     _undo_compile(module)
+    return module
+
+
+def finish_module(
+    module: L.LightningModule, setup: RunSetup, fake_mode: FakeTensorMode
+) -> L.LightningModule:
+    """`module` (from `build_meta_module`) with fake weights, in training mode, as `setup`
+    runs it."""
     materialize_fake(module, parameter_dtype(setup.precision), fake_mode)
     if setup.gradient_checkpointing and enable_gradient_checkpointing(module) == 0:
         raise PlanningError(
