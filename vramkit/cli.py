@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vramkit.core.config.source import closest
+from vramkit.unloaded_libraries import keep_unloaded
 
 HF_TASKS = ("causal_lm", "masked_lm", "seq_cls", "image_cls")  # --task (vramkit.api.HF_TASKS)
 VERIFY_FILE = "vramkit_verify.json"  # --verify's default output, in the current folder
@@ -256,11 +257,15 @@ def _planning_imports(args: argparse.Namespace, *, own_process: bool) -> None:
     """Import what the plan runs on with Python's cyclic garbage collector paused, and in a
     process of its own freeze what was imported (`long_lived_imports`, as plan_memory.py does):
     the collections the imports set off free nothing, and later ones would walk those objects
-    again. A 1 B QLoRA plan spent 2.4-2.5 s of CPU in the collector, 0.5 s with this. Call it
-    after `hide_library_chatter` (peft imports bitsandbytes, which prints notes); a missing extra
-    is left to the plan, which names it."""
+    again. A 1 B QLoRA plan spent 2.4-2.5 s of CPU in the collector, 0.5 s with this. A `--hf`
+    plan in a process of its own also keeps the libraries it never runs from loading
+    (`keep_unloaded`; not with --verify, whose real model may need them). Call it after
+    `hide_library_chatter` (with --verify peft imports bitsandbytes, which prints notes); a
+    missing extra is left to the plan, which names it."""
     from vramkit.core.run.long_lived_imports import long_lived_imports
 
+    if args.hf and own_process and not args.verify:
+        keep_unloaded()
     flags = (args.lora_r, args.lora_alpha, args.lora_targets, args.quant_type, args.compute_dtype)
     stated = args.no_double_quant or any(value is not None for value in flags)
     adapters = args.finetune in ("lora", "qlora") or (args.finetune is None and stated)

@@ -44,8 +44,9 @@ HIDDEN_LINE_STARTS: dict[str, tuple[str, ...]] = {
     # onnxruntime's static quantizer logs to the root logger, one line per tensor it leaves in
     # float, as intended (the image input, fp32_modules).
     "root": ("Quantization parameters for tensor:",),
-    # bitsandbytes on a CPU with AVX512-BF16 tries an optional kernel package at import (any
-    # plan of a Hugging Face model imports it); without the package it uses its own kernel.
+    # bitsandbytes on a CPU with AVX512-BF16 tries an optional kernel package at import (peft
+    # imports it: a LoRA run, an in-process plan; `vramkit plan --hf` keeps it unloaded); without
+    # the package it uses its own kernel.
     "bitsandbytes.backends.cpu.ops": ("Failed to load CPU gemm_4bit_forward from kernels-",),
 }
 """Logger name -> starts of the lines hidden on it."""

@@ -6,6 +6,8 @@ decision here is exact and fast; tests/core/run/settling/test_fit_to_budget.py t
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from formula_planner import LORA_CHANGE, PROFILE, FormulaPlanner, LoraSetup
 
@@ -19,6 +21,7 @@ from vramkit.core.planner.decisions.auto_fit import (
     PRECISION,
     choose_fit,
     cost_rank,
+    importable,
     missing_packages,
 )
 from vramkit.core.planner.decisions.plan import TRAIN
@@ -165,3 +168,11 @@ def test_auto_batch_sizes_are_traced_at_batch_1_without_micro_batches():
     assert all(c.train.batch_size == 1 for c in decision.candidates)
     assert not any("micro-batch" in c.name for c in decision.candidates)
     assert decision.chosen.name == "8-bit AdamW"
+
+
+def test_a_library_kept_from_loading_still_counts_as_installed(monkeypatch):
+    # `vramkit plan --hf` keeps bitsandbytes from loading (None in sys.modules, which makes
+    # find_spec answer None): its remedies must not tell the user to install it.
+    monkeypatch.setitem(sys.modules, "omegaconf", None)
+    assert importable("omegaconf")
+    assert not importable("no_such_library_vramkit")

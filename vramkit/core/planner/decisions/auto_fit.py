@@ -13,6 +13,7 @@ LoRA, which changes what is trained) or a package that is not installed is trace
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import itertools
 import re
@@ -94,8 +95,16 @@ def missing_packages(change: Change, importable: Callable[[str], bool]) -> list[
 
 
 def importable(module: str) -> bool:
-    """Whether `module` can be imported here (without importing it)."""
-    return importlib.util.find_spec(module) is not None
+    """Whether `module` is installed here (without importing it): found on the path, or its
+    distribution's metadata is, for a library a plan process keeps from loading
+    (`vramkit.unloaded_libraries`: ``find_spec`` answers None for it there)."""
+    if importlib.util.find_spec(module) is not None:
+        return True
+    try:
+        importlib.metadata.distribution(module)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
