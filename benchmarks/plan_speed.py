@@ -71,12 +71,13 @@ IMPORT_FLOOR = (
 HF_IMPORT_FLOOR = (
     "import gc, os; gc.disable(); "
     "import hydra, lightning.pytorch, torch._dynamo, torch._subclasses.fake_tensor; "
+    "import sys; sys.modules['bitsandbytes'] = None; "
     "import transformers, peft; "
     "gc.freeze(); os._exit(0)"
 )
 """What a `--hf` QLoRA plan imports before it can plan (`vramkit.cli._planning_imports`): the
-same as `IMPORT_FLOOR` with transformers and peft (which imports bitsandbytes), not
-albumentations."""
+same as `IMPORT_FLOOR` with transformers and peft, not albumentations, and bitsandbytes kept
+unloaded as the plan keeps it (`vramkit.unloaded_libraries`)."""
 BEFORE = {
     "commit": "bc2946d",
     "cpu_s": {"default": [22.43, 22.57, 22.02], "phi": [113.91]},
@@ -237,7 +238,7 @@ def import_floor_once(case: str) -> float:
     env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}  # as vramkit's text detection sets it
     floor = HF_IMPORT_FLOOR if case in HF_CASES else IMPORT_FLOOR
     before = _children_cpu()
-    # bitsandbytes (imported by peft) prints notes that the plan itself hides: not shown.
+    # what the libraries print on import the plan itself hides: not shown.
     subprocess.run(
         [sys.executable, "-c", floor], cwd=REPO_ROOT, env=env, check=True, capture_output=True
     )
