@@ -70,6 +70,7 @@ from vramkit.core.compat import torch_private
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import command_line_overrides, override_key
+from vramkit.core.trainer_assembly.batch_hooks import switch_batch_hook
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,6 @@ class FiniteGuard(L.Callback):
         self._scaler: Any = None  # the precision plugin's GradScaler, if any
         self._bad_gradients = False  # this step's gradients were not finite (step skipped)
         self._weights_checked = False  # skip_step, rollback: weights checked after each step
-        self._fold_loss = False  # the backpropagated loss joins the gradients' check
         self._loss: torch.Tensor | None = None  # this batch's backpropagated loss, unchecked
         self._loss_checked = False  # this batch's loss was found finite with its gradients
         self._state: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
@@ -124,7 +124,10 @@ class FiniteGuard(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Decided once: each of these was an attribute walk at every step.
         self._weights_checked = self.settings.on_non_finite != "stop"
-        self._fold_loss = self._scaler is None and pl_module.automatic_optimization
+        # The backpropagated loss joins the gradients' check only under automatic optimization
+        # without a scaler (module docstring); elsewhere Lightning need not call this hook.
+        fold_loss = self._scaler is None and pl_module.automatic_optimization
+        switch_batch_hook(self, "on_before_backward", on=fold_loss)
         if self._weights_checked:
             # Gathered once (weights and buffers change in place: optimizers, BatchNorm,
             # load_state_dict): walking the modules each step cost more than checking them.
@@ -151,8 +154,9 @@ class FiniteGuard(L.Callback):
     def on_before_backward(
         self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor
     ) -> None:
-        if self._fold_loss:
-            self._loss = loss  # checked with the gradients, if this batch steps the optimizer
+        # Switched on only where the loss is folded in (on_train_start): checked with the
+        # gradients if this batch steps the optimizer, else read alone after the batch.
+        self._loss = loss
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
@@ -181,9 +185,11 @@ class FiniteGuard(L.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        loss = outputs.get("loss") if isinstance(outputs, _MAPPINGS) else outputs
-        if self._loss_checked or not isinstance(loss, torch.Tensor):
-            loss = None  # found finite with the gradients before the step, or no loss at all
+        if self._loss_checked:
+            loss = None  # found finite with the gradients, before the step
+        else:
+            loss = outputs.get("loss") if isinstance(outputs, _MAPPINGS) else outputs
+            loss = loss if isinstance(loss, torch.Tensor) else None
         self._loss, self._loss_checked = None, False
         bad = []
         weights_checked = self._weights_checked
