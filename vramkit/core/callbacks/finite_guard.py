@@ -17,14 +17,14 @@ Checked, at no measurable cost when every number is finite:
   finds something are the gradients checked again alone, to name which; the loss is then read
   where it always was, after the step, so messages, counts and policies do not change. The
   loss needs no check before backward: a backward pass through a NaN loss writes NaN into the
-  gradients, which the same check finds before any optimizer step. Between the steps of an
-  accumulation window, under a scaler and under manual optimization (where the returned loss
-  need not be one that was backpropagated), the loss is read alone after the batch (one host
-  sync of a scalar). Under ``skip_step`` and
-  ``rollback`` also every floating-point weight and buffer after the step, in the same sync (the
-  fused check reads them into the flag the loss is added to): a weight or buffer can turn
-  non-finite while the loss and gradients stay finite (a parameter the loss does not reach, a
-  BatchNorm running statistic), and only a check at the step can still roll it back;
+  gradients, which the same check finds before any optimizer step. On the batches of an
+  accumulation window that do not step, under a scaler and under manual optimization (where
+  the returned loss need not be one that was backpropagated), the loss is read alone after
+  the batch (one host sync of a scalar). Under ``skip_step`` and ``rollback`` also every
+  floating-point weight and buffer after the step, in one sync (the fused check reads them
+  into one flag, with the loss where it was not checked before the step): a weight or buffer
+  can turn non-finite while the loss and gradients stay finite (a parameter the loss does not
+  reach, a BatchNorm running statistic), and only a check at the step can still roll it back;
 - every monitored metric, after validation (a non-finite one is named, and
   :class:`~vramkit.core.callbacks.checkpoints.finite_model_checkpoint.FiniteModelCheckpoint` never
   ranks it
@@ -165,7 +165,10 @@ class FiniteGuard(L.Callback):
             return  # the GradScaler checks them itself (on_train_batch_end reads its verdict)
         gradients = gradients_of(optimizer)
         loss, self._loss = self._loss, None
-        if loss is not None and all_finite([*gradients, _flat(loss)]):
+        # The loss as a 1-element view: the check multiplies it by 1 in place, which changes no
+        # value (its version counter moves, which matters only to a graph that saved the loss
+        # for a backward pass still to come; Lightning's has run by then).
+        if loss is not None and all_finite([*gradients, loss.detach().reshape(-1)]):
             self._loss_checked = True
             return
         # Something is not finite, or there was no loss to fold in: the gradients alone say
@@ -185,12 +188,16 @@ class FiniteGuard(L.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        if self._loss_checked:
-            loss = None  # found finite with the gradients, before the step
+        if self._loss_checked:  # found finite with the gradients, before the step
+            self._loss_checked = False
+            if not self._weights_checked:  # stop: nothing else is checked after a step
+                self.non_finite_in_a_row = 0
+                return
+            loss = None
         else:
             loss = outputs.get("loss") if isinstance(outputs, _MAPPINGS) else outputs
             loss = loss if isinstance(loss, torch.Tensor) else None
-        self._loss, self._loss_checked = None, False
+            self._loss = None  # a batch that did not step the optimizer: its loss is read here
         bad = []
         weights_checked = self._weights_checked
         if weights_checked and _weights_and_loss_finite(self._state, loss):
@@ -429,13 +436,6 @@ def _scratch(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     # The check's flag and its scale of 1, made once per device: making them every step cost
     # more than the check itself on a small CPU model (benchmarks/finite_guard.py).
     return torch.zeros((), device=device), torch.ones((), device=device)
-
-
-def _flat(loss: torch.Tensor) -> torch.Tensor:
-    """``loss`` detached, as a 1-element view for the fused check: a check that multiplies by 1
-    in place changes no value (its version counter moves, which matters only to a graph that
-    saved the loss for a backward pass still to come; Lightning's has run by then)."""
-    return loss.detach().reshape(-1)
 
 
 def _finite_loss(loss: torch.Tensor) -> bool:
