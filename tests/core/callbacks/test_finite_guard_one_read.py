@@ -122,3 +122,28 @@ def test_the_loss_is_read_alone_only_where_it_is_not_checked_with_the_gradients(
     monkeypatch.setattr(finite_guard, "all_finite", counted("gradients", finite_guard.all_finite))
     _fit(model, FiniteGuard(), accumulate)
     assert reads == {"loss": loss_reads, "gradients": 8 // accumulate}
+
+
+class ClosureRunsAgain(TinyRegression):
+    """TinyRegression under L-BFGS, which runs the training step several times per optimizer
+    step (twice here): the second run of the first step has a NaN loss term without a
+    gradient, after the first one was checked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs = 0
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        self.runs += 1
+        loss = super().training_step(batch, batch_idx)
+        return loss + torch.tensor(math.nan) if self.runs == 2 else loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.LBFGS(self.parameters(), lr=0.1, max_iter=2)
+
+
+def test_the_loss_of_a_closure_run_again_after_the_check_is_checked() -> None:
+    model = ClosureRunsAgain()
+    with pytest.raises(TrainingDiverged, match=r"non-finite loss \(nan\) at step 1 "):
+        _fit(model, FiniteGuard())
+    assert model.runs == 2

@@ -155,8 +155,9 @@ class FiniteGuard(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor
     ) -> None:
         # Switched on only where the loss is folded in (on_train_start): checked with the
-        # gradients if this batch steps the optimizer, else read alone after the batch.
-        self._loss = loss
+        # gradients if this batch steps the optimizer, else read alone after the batch. A loss
+        # that comes after a check (a closure run again) is the one on_train_batch_end gets.
+        self._loss, self._loss_checked = loss, False
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
