@@ -93,9 +93,9 @@ def test_the_group_runs_the_batch_hooks_of_vramkits_callbacks_registered_alone(t
     written: list[int] = []
     original = ResumeCheckpoint._write
 
-    def spy(self: ResumeCheckpoint, trainer: L.Trainer, why: str) -> None:
+    def spy(self: ResumeCheckpoint, trainer: L.Trainer, why: str, *copies: Any) -> None:
         written.append(trainer.global_step)
-        original(self, trainer, why)
+        original(self, trainer, why, *copies)
 
     resume._write = spy.__get__(resume)  # type: ignore[method-assign]
     _fit(tmp_path, grouped, epochs=3)  # 3 epochs of 2 batches: steps 1..6
