@@ -9,8 +9,8 @@ with long_lived_imports(freeze=__name__ == "__main__"):
     from omegaconf import DictConfig
 
     from vramkit.core.run.evaluate import evaluate
+    from vramkit.core.run.refusal.exit_codes import refusals_as_messages
     from vramkit.core.run.refusal.override_typos import did_you_mean_on_refusal
-    from vramkit.core.run.refusal.refusals import refusals_as_messages
     from vramkit.core.run.settling.config_preview import (
         refuse_preview_without_profile,
         show_class_defaults,

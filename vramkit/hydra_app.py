@@ -20,8 +20,8 @@ def hydra_app(
     by default `config_name`."""
     import hydra
 
+    from vramkit.core.run.refusal.exit_codes import refusals_as_messages
     from vramkit.core.run.refusal.override_typos import did_you_mean_on_refusal
-    from vramkit.core.run.refusal.refusals import refusals_as_messages
     from vramkit.core.run.settling.compose import CONF_DIR
     from vramkit.core.run.settling.config_preview import preview_problem, show_class_defaults
     from vramkit.core.run.settling.resolvers import register_resolvers

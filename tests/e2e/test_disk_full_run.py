@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vramkit.core.run.refusal.refusals import EXIT_REFUSED, refusals_as_messages
+from vramkit.core.run.refusal.exit_codes import EXIT_REFUSED, refusals_as_messages
 from vramkit.core.run.train import train
 
 TINY = ("+hw=cpu", "debug=smoke", "logger=csv", "callbacks.progress_bar.refresh_rate=0")

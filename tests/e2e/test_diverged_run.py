@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.e2e.script_runs import run_script
-from vramkit.core.run.refusal.refusals import EXIT_DIVERGED, refusals_as_messages
+from vramkit.core.run.refusal.exit_codes import EXIT_DIVERGED, refusals_as_messages
 from vramkit.core.run.train import train
 
 TINY = ("+hw=cpu", "debug=smoke", "logger=csv", "callbacks.progress_bar.refresh_rate=0")

@@ -22,7 +22,7 @@ from vramkit.core.callbacks.finite_guard import (
     all_finite,
 )
 from vramkit.core.config.schema import ConfigError
-from vramkit.core.run.refusal.refusals import EXIT_DIVERGED, refusals_as_messages
+from vramkit.core.run.refusal.exit_codes import EXIT_DIVERGED, refusals_as_messages
 
 STEPS_PER_EPOCH = 4  # 16 samples in batches of 4
 

@@ -92,8 +92,8 @@ class FiniteGuardSettings(Settings):
 class TrainingDiverged(RuntimeError):
     """A loss, gradient or weight is not finite and the run stopped; the message says where
     and which checkpoint is the last finite one. ``train.py`` prints it alone and exits with
-    status 3 (:data:`vramkit.core.run.refusal.refusals.EXIT_DIVERGED`); in a multirun the job fails
-    and the sweep goes on."""
+    status 3 (:data:`vramkit.core.run.refusal.exit_codes.EXIT_DIVERGED`); in a multirun the job
+    fails and the sweep goes on."""
 
 
 class FiniteGuard(L.Callback):

@@ -62,7 +62,8 @@ MOVED_MODULES: dict[str, str] = {
     "vramkit.core.run.plan_request_from_config": (
         "vramkit.core.run.settling.plan_request_from_config"
     ),
-    "vramkit.core.run.refusals": "vramkit.core.run.refusal.refusals",
+    "vramkit.core.run.refusals": "vramkit.core.run.refusal.exit_codes",
+    "vramkit.core.run.refusal.refusals": "vramkit.core.run.refusal.exit_codes",
     "vramkit.core.run.requeue": "vramkit.core.run.folder.requeue",
     "vramkit.core.run.resolve_hardware": "vramkit.core.run.settling.resolve_hardware",
     "vramkit.core.run.resolvers": "vramkit.core.run.settling.resolvers",

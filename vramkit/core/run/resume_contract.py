@@ -61,7 +61,7 @@ from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.io.checkpoint_io import UnreadableCheckpointError, read_checkpoint
 from vramkit.core.quantization.planned_linear import PlannedQuantizedLinear
 from vramkit.core.run.folder.run_folder import folder_of_checkpoint, read_run_file
-from vramkit.core.run.refusal.refusals import refusals_as_messages
+from vramkit.core.run.refusal.exit_codes import refusals_as_messages
 from vramkit.core.run.settling.settle import Settlement, override_text
 
 COMPOSED_KEYS = (

@@ -42,7 +42,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from vramkit.core.run.folder.run_folder import create_run_folder
 from vramkit.core.run.folder.run_folder_claim import claim_run_folder, release_claim
 from vramkit.core.run.folder.run_folder_owner import check_folder_owner, resumes_its_run
-from vramkit.core.run.refusal.refusals import (
+from vramkit.core.run.refusal.exit_codes import (
     REFUSALS,
     refusals_as_messages,
     refusals_before_the_sweep,

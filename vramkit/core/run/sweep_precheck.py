@@ -29,7 +29,7 @@ from hydra.core.override_parser.types import ValueType
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from vramkit.core.run.refusal.refusals import refusals_before_the_sweep
+from vramkit.core.run.refusal.exit_codes import refusals_before_the_sweep
 from vramkit.core.run.resume_contract import check_resume
 from vramkit.core.run.settling.settle import settle
 from vramkit.core.run.train import refuse_mistakes

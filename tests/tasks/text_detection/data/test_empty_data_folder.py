@@ -8,7 +8,7 @@ import pytest
 
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.schema import ConfigError
-from vramkit.core.run.refusal.refusals import REFUSALS
+from vramkit.core.run.refusal.exit_codes import REFUSALS
 from vramkit.tasks.text_detection.data.icdar_folder import DataError, TextDetectionDataset
 
 

@@ -32,8 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from vramkit.core.config.source import override_key
 from vramkit.core.hardware.profile import HardwareProfile
+from vramkit.core.run.refusal.exit_codes import EXIT_REFUSED
 from vramkit.core.run.refusal.held_stderr import hold_stderr
-from vramkit.core.run.refusal.refusals import EXIT_REFUSED
 from vramkit.core.run.settling.compose import compose_config, forget_composition
 
 _NOT_IN_STRUCT = re.compile(r"full_key: (?P<key>[\w.\-]+)")

@@ -6,8 +6,8 @@ import pytest
 
 from vramkit.core.callbacks.finite_guard import TrainingDiverged
 from vramkit.core.config.schema import ConfigError
-from vramkit.core.run.refusal import refusals
-from vramkit.core.run.refusal.refusals import EXIT_DIVERGED, EXIT_REFUSED, refusals_as_messages
+from vramkit.core.run.refusal import exit_codes
+from vramkit.core.run.refusal.exit_codes import EXIT_DIVERGED, EXIT_REFUSED, refusals_as_messages
 
 
 @pytest.mark.parametrize(
@@ -21,7 +21,7 @@ def test_only_a_refusal_made_before_any_work_withdraws_the_folder(
     monkeypatch, capsys, error, code, withdrawn
 ):
     calls = []
-    monkeypatch.setattr(refusals, "withdraw_claim", lambda: calls.append(True))
+    monkeypatch.setattr(exit_codes, "withdraw_claim", lambda: calls.append(True))
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     with pytest.raises(SystemExit) as stopped, refusals_as_messages():
         raise error
