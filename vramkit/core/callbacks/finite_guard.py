@@ -8,11 +8,23 @@ Checked, at no measurable cost when every number is finite:
   ``torch._foreach_norm``, see benchmarks/finite_guard.py). Under ``16-mixed`` the GradScaler
   already checks them and skips such a step, which is normal; only a loss scale pushed below
   ``min_loss_scale`` by skip after skip counts as non-finite gradients;
-- the loss of every training step (one host sync of a scalar); under ``skip_step`` and
-  ``rollback`` also every floating-point weight and buffer after the step, in the same sync (the
-  fused check reads them into the flag the loss is added to): a weight or buffer can turn
-  non-finite while the loss and gradients stay finite (a parameter the loss does not reach, a
-  BatchNorm running statistic), and only a check at the step can still roll it back;
+- the loss of every training step. Under automatic optimization without a scaler, the loss
+  Lightning backpropagates is added to the gradients' fused check (``on_before_backward`` hands
+  it over), so one host read answers both: the loss Lightning hands to ``on_train_batch_end``
+  is a detached copy of that very loss (``ClosureResult._clone_loss`` in
+  lightning/pytorch/loops/optimization/automatic.py; divided by ``accumulate_grad_batches``,
+  which keeps a finite number finite and a NaN or inf not finite). Only when the fused check
+  finds something are the gradients checked again alone, to name which; the loss is then read
+  where it always was, after the step, so messages, counts and policies do not change. The
+  loss needs no check before backward: a backward pass through a NaN loss writes NaN into the
+  gradients, which the same check finds before any optimizer step. On the batches of an
+  accumulation window that do not step, under a scaler and under manual optimization (where
+  the returned loss need not be one that was backpropagated), the loss is read alone after
+  the batch (one host sync of a scalar). Under ``skip_step`` and ``rollback`` also every
+  floating-point weight and buffer after the step, in one sync (the fused check reads them
+  into one flag, with the loss where it was not checked before the step): a weight or buffer
+  can turn non-finite while the loss and gradients stay finite (a parameter the loss does not
+  reach, a BatchNorm running statistic), and only a check at the step can still roll it back;
 - every monitored metric, after validation (a non-finite one is named, and
   :class:`~vramkit.core.callbacks.checkpoints.finite_model_checkpoint.FiniteModelCheckpoint` never
   ranks it
@@ -58,6 +70,7 @@ from vramkit.core.compat import torch_private
 from vramkit.core.config.schema import ConfigError
 from vramkit.core.config.settings import Settings
 from vramkit.core.config.source import command_line_overrides, override_key
+from vramkit.core.trainer_assembly.batch_hooks import switch_batch_hook
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +113,22 @@ class FiniteGuard(L.Callback):
         self.rollbacks = 0
         self._scaler: Any = None  # the precision plugin's GradScaler, if any
         self._bad_gradients = False  # this step's gradients were not finite (step skipped)
+        self._weights_checked = False  # skip_step, rollback: weights checked after each step
+        self._loss: torch.Tensor | None = None  # this batch's backpropagated loss, unchecked
+        self._loss_checked = False  # this batch's loss was found finite with its gradients
         self._state: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._scaler = getattr(trainer.precision_plugin, "scaler", None)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.settings.on_non_finite != "stop":
+        # Decided once: each of these was an attribute walk at every step.
+        self._weights_checked = self.settings.on_non_finite != "stop"
+        # The backpropagated loss joins the gradients' check only under automatic optimization
+        # without a scaler (module docstring); elsewhere Lightning need not call this hook.
+        fold_loss = self._scaler is None and pl_module.automatic_optimization
+        switch_batch_hook(self, "on_before_backward", on=fold_loss)
+        if self._weights_checked:
             # Gathered once (weights and buffers change in place: optimizers, BatchNorm,
             # load_state_dict): walking the modules each step cost more than checking them.
             self._state = floating_state(pl_module)
@@ -129,12 +151,30 @@ class FiniteGuard(L.Callback):
                         "lower the learning rate (model.optimizer.lr)"
                     )
 
+    def on_before_backward(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor
+    ) -> None:
+        # Switched on only where the loss is folded in (on_train_start): checked with the
+        # gradients if this batch steps the optimizer, else read alone after the batch. A loss
+        # that comes after a check (a closure run again) is the one on_train_batch_end gets.
+        self._loss, self._loss_checked = loss, False
+
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         if self._scaler is not None:
             return  # the GradScaler checks them itself (on_train_batch_end reads its verdict)
-        if all_finite(gradients_of(optimizer)):
+        gradients = gradients_of(optimizer)
+        loss, self._loss = self._loss, None
+        # The loss as a 1-element view: the check multiplies it by 1 in place, which changes no
+        # value (its version counter moves, which matters only to a graph that saved the loss
+        # for a backward pass still to come; Lightning's has run by then).
+        if loss is not None and all_finite([*gradients, loss.detach().reshape(-1)]):
+            self._loss_checked = True
+            return
+        # Something is not finite, or there was no loss to fold in: the gradients alone say
+        # whether it was them. A non-finite loss alone is named after the batch, as ever.
+        if all_finite(gradients):
             return
         if self.settings.on_non_finite == "stop":
             self._stop(trainer, "gradients", step=trainer.global_step + 1)
@@ -149,11 +189,18 @@ class FiniteGuard(L.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        # dict first: the Mapping ABC's isinstance test costs several times more, every step
-        loss = outputs.get("loss") if isinstance(outputs, dict | Mapping) else outputs
-        loss = loss if isinstance(loss, torch.Tensor) else None
+        if self._loss_checked:  # found finite with the gradients, before the step
+            self._loss_checked = False
+            if not self._weights_checked:  # stop: nothing else is checked after a step
+                self.non_finite_in_a_row = 0
+                return
+            loss = None
+        else:
+            loss = outputs.get("loss") if isinstance(outputs, _MAPPINGS) else outputs
+            loss = loss if isinstance(loss, torch.Tensor) else None
+            self._loss = None  # a batch that did not step the optimizer: its loss is read here
         bad = []
-        weights_checked = self.settings.on_non_finite != "stop"
+        weights_checked = self._weights_checked
         if weights_checked and _weights_and_loss_finite(self._state, loss):
             loss = None  # finite, checked with the weights in one sync
         if loss is not None and not _finite_loss(loss):
@@ -299,6 +346,9 @@ class FiniteGuard(L.Callback):
         self.rollbacks = state_dict.get("rollbacks", 0)
 
 
+# dict first: the Mapping ABC's isinstance test costs several times more, every step; a tuple,
+# not ``dict | Mapping``, which built a new union object at every call.
+_MAPPINGS = (dict, Mapping)
 _GRAD = operator.attrgetter("grad")
 _IS_SET = functools.partial(operator.is_not, None)
 
