@@ -50,12 +50,14 @@ def test_utility_calls_and_leaves_are_left_out_but_the_planner_counts_as_one():
 
 
 @pytest.mark.slow
-def test_a_t4_run_reaches_the_trainer_through_at_most_15_files(tmp_path):
+def test_a_t4_run_reaches_the_trainer_through_at_most_15_files(tmp_path, shared_data_dir):
     # `python train.py +hw=t4`, the command, with the device probe answering as a T4: the
     # longest route (device check, GPU plan, host check). +hw=cpu's is shorter (no GPU plan) and
     # takes four times as long under the profile hook (it builds the Trainer): the script prints it.
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled"}
-    args = ["+hw=t4", "--fake-t4", *SMALL, f"paths.log_dir={tmp_path}", "--json"]
+    # nothing written into the checkout: logs and data under the test's folders
+    paths = [f"paths.log_dir={tmp_path}", f"paths.data_dir={shared_data_dir}"]
+    args = ["+hw=t4", "--fake-t4", *SMALL, *paths, "--json"]
     done = subprocess.run(
         [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=600
     )
