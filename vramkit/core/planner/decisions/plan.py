@@ -62,7 +62,7 @@ from vramkit.core.planner.tracing.recorder import (
     OPTIMIZER_STATE,
     PARAMETERS,
 )
-from vramkit.core.planner.tracing.repeated_blocks import cut_to, repeated_blocks
+from vramkit.core.planner.tracing.repeated_blocks import cut_to, keep_first, repeated_blocks
 from vramkit.core.planner.tracing.run_setup import RunSetup
 from vramkit.core.planner.tracing.sharding import ZERO2_OFFLOAD as OFFLOADED_ZERO2
 from vramkit.core.planner.tracing.sharding import model_states, shard_allocated, traced_precision
@@ -275,7 +275,7 @@ class MemoryPlanner:
                     self._subjects[key] = self._finished(meta, setup)
             else:
                 count = len(blocks)
-                blocks._modules = dict(list(blocks._modules.items())[: SHORT_COUNTS[-1]])
+                keep_first(blocks, SHORT_COUNTS[-1])
                 short = dataclasses.replace(
                     self._finished(meta, setup), blocks=blocks, block_count=count
                 )

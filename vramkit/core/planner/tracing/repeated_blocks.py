@@ -97,11 +97,17 @@ def _shares_parameters(model: nn.Module, blocks: nn.ModuleList) -> bool:
     return False
 
 
+def keep_first(blocks: nn.ModuleList, count: int) -> dict[str, nn.Module]:
+    """Make `blocks` hold only its first `count` blocks (the same objects); the blocks it held."""
+    kept = blocks._modules
+    blocks._modules = dict(list(kept.items())[:count])
+    return kept
+
+
 @contextlib.contextmanager
 def cut_to(blocks: nn.ModuleList, count: int) -> Iterator[None]:
     """While inside, `blocks` holds only its first `count` blocks (the same objects)."""
-    kept = blocks._modules
-    blocks._modules = dict(list(kept.items())[:count])
+    kept = keep_first(blocks, count)
     try:
         yield
     finally:
