@@ -10,8 +10,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from benchmarks.record import REPO_ROOT
-from vramkit.core.run.settling.compose import compose_config
-from vramkit.core.run.settling.settle import Settlement, settle, settled_config
+from vramkit.core.run.settling.compose import compose_config, settled_config
+from vramkit.core.run.settling.settle import Settlement, settle
 
 # Benchmark data lives with the project's generated data, so it is rendered once per checkout.
 DATA_DIR = REPO_ROOT / "data"

@@ -37,7 +37,8 @@ with long_lived_imports(freeze=__name__ == "__main__"):
     from vramkit.core.run.settling.compose import CONF_DIR, compose_config
     from vramkit.core.run.settling.plan_request_from_config import plan_request
     from vramkit.core.run.settling.resolve_hardware import requested_profile
-    from vramkit.core.run.settling.settle import settle, settled_config
+    from vramkit.core.run.settling.settle import settle
+from vramkit.core.run.settling.compose import settled_config
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:

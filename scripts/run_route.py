@@ -13,7 +13,10 @@ enters, the re-entries not caused by a return, and how many times the config was
 What counts (the rule the counts follow):
 
 - **The run's own files**: ``train.py`` and ``vramkit/``. Everything under ``vramkit/core/planner``
-  is one entry, "the planner's inside": its files and whatever it calls are folded into it.
+  is one entry, "the planner's inside": its files and whatever it calls are folded into it, but
+  for `PLANNER_INPUT`, the planner's input types (``PlanRequest``, ``BatchSizeRequest``, the
+  task's stated sizes and the run's setup built from plain values): building the request is
+  done outside the planner, which is then entered once, with it.
 - **Calls the reader follows**: a call from the run's own code, directly or through Python's
   context managers and decorators (``contextlib``, ``functools``, Lightning's ``rank_zero_only``),
   or from Hydra's app to the task function and to the Hydra callbacks of ``conf/hydra`` (which
@@ -25,7 +28,8 @@ What counts (the rule the counts follow):
 - **Utility calls are left out**, and what they call: a constructor (``__init__``,
   ``__post_init__``), and any call into `UTILITIES` (the config kit: settings dataclasses, schema
   classes, the checks of a node against them, the instantiation helper; the context managers that
-  turn a refusal into its message; the profile's dataclass and its table of facts; callbacks,
+  turn a refusal into its message; the profile's dataclass and its table of facts; the planner's
+  input types; callbacks,
   models and data answering about themselves; the accessors of other libraries' private names).
   The reader takes such a call by its name and return value: it builds, checks or describes one
   thing and decides nothing about where the run goes next. They are listed apart, not counted.
@@ -62,6 +66,9 @@ REPO = Path(__file__).resolve().parents[1]
 PLANNER = "vramkit/core/planner"
 """Folded into one route entry: the planner's inside counted as one."""
 
+PLANNER_INPUT = "vramkit/core/planner/request.py"
+"""The planner's input types and their constructors: a utility file of their own, not its inside."""
+
 PASS_THROUGH = ("/contextlib.py", "/functools.py", "/lightning_utilities/core/rank_zero.py")
 """Library files a call passes through to reach our code as the reader follows it."""
 
@@ -69,6 +76,7 @@ HYDRA_RUNNERS = ("/hydra/core/utils.py", "/hydra/_internal/callbacks.py")
 """Hydra's frames that call the task function (``run_job``) and the Hydra callbacks."""
 
 UTILITIES = (
+    PLANNER_INPUT,
     "vramkit/core/config/",
     "vramkit/core/run/refusal/",
     "vramkit/core/hardware/profile.py",
@@ -232,7 +240,7 @@ def _own_file(path: str) -> str | None:
     except ValueError:
         return None
     name = relative.as_posix()
-    if name.startswith(PLANNER):
+    if name.startswith(PLANNER) and name != PLANNER_INPUT:
         return PLANNER
     return name if name.startswith("vramkit/") or name == "train.py" else None
 

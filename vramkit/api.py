@@ -351,8 +351,9 @@ def plan_hf(
     Batch sizes default to the profile's ("auto": the largest that fits). A bad value is a
     `ValueError` naming the option and the closest valid value.
     """
+    from vramkit.core.planner.request import task_batch_defaults
     from vramkit.core.run.settling.compose import compose_config, forget_composition
-    from vramkit.core.run.settling.plan_request_from_config import plan_request, task_batch_defaults
+    from vramkit.core.run.settling.plan_request_from_config import plan_request
 
     options = None
     lora_options = (lora_r, lora_alpha, lora_targets, quant_type, double_quant, compute_dtype)

@@ -189,12 +189,9 @@ def _hf_plan(args: argparse.Namespace):
     from vramkit.api import Plan, hf_overrides, hf_profile
     from vramkit.core.config.instantiate import instantiate
     from vramkit.core.planner import plan_task, requested_batch_sizes
+    from vramkit.core.planner.request import task_batch_defaults
     from vramkit.core.run.settling.compose import compose_config
-    from vramkit.core.run.settling.plan_request_from_config import (
-        plan_request,
-        planning_config,
-        task_batch_defaults,
-    )
+    from vramkit.core.run.settling.plan_request_from_config import plan_request, planning_config
 
     options, common = _finetune_options(args)
     _check_hf_name(args.hf)

@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 
 from tests.e2e.entry_points import run_entry_point
 from vramkit.core.hardware.detect import DeviceInfo
-from vramkit.core.run.settling.settle import settle, settled_config
+from vramkit.core.run.settling.compose import settled_config
+from vramkit.core.run.settling.settle import settle
 from vramkit.tasks.sage.teacher_features.teacher_checkpoint import MissingTeacherError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

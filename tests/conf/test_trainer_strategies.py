@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from vramkit.core.hardware.profile import ProfileSource, validate_profile
 from vramkit.core.planner.tracing.sharding import DDP, FSDP, SINGLE, ZERO2, ZERO2_OFFLOAD, ZERO3
 from vramkit.core.run.settling.compose import compose_config
-from vramkit.core.run.settling.plan_request_from_config import run_sharding
+from vramkit.core.run.settling.plan_request_from_config import profile_setup
 from vramkit.core.run.settling.resolvers import register_resolvers
 
 STRATEGIES = {
@@ -68,7 +68,7 @@ def test_the_planner_plans_each_strategy_per_device_of_its_world(name, tmp_path)
     profile = validate_profile(
         OmegaConf.to_container(cfg.hw), ProfileSource("conf/hw/a100_40gb.yaml")
     )
-    sharding = run_sharding(cfg, profile)
+    sharding = profile_setup(cfg, profile).sharding
     assert sharding.strategy == SHARDINGS[name]
     # ddp_sim states its own 2 processes per node; the others run on 4 GPUs × 2 nodes.
     assert sharding.world_size == (2 * 2 if name == "ddp_sim" else 4 * 2)
@@ -78,7 +78,7 @@ def test_one_device_with_the_default_trainer_is_the_trace_itself(tmp_path):
     register_resolvers()
     cfg = _compose(tmp_path, "+hw=a100_40gb")
     profile = validate_profile(OmegaConf.to_container(cfg.hw), ProfileSource("a100_40gb"))
-    assert run_sharding(cfg, profile).strategy == SINGLE
+    assert profile_setup(cfg, profile).sharding.strategy == SINGLE
 
 
 def test_num_nodes_flows_from_the_profile_to_the_trainer(tmp_path):

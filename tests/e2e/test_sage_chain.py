@@ -23,8 +23,8 @@ from tiny_runs import TINY_ARC_ON_CPU
 from torch import nn
 
 from vramkit.core.config.instantiate import instantiate
-from vramkit.core.run.settling.compose import compose_config, forget_composition
-from vramkit.core.run.settling.settle import settle, settled_config
+from vramkit.core.run.settling.compose import compose_config, forget_composition, settled_config
+from vramkit.core.run.settling.settle import settle
 from vramkit.core.run.train import train
 from vramkit.tasks.sage.data.arc_examples import INPUT_KEYS
 from vramkit.tasks.sage.distill_module import REPORT_NAME

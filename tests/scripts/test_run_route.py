@@ -50,7 +50,9 @@ def test_utility_calls_and_leaves_are_left_out_but_the_planner_counts_as_one():
 
 
 @pytest.mark.slow
-def test_a_t4_run_reaches_the_trainer_through_at_most_15_files(tmp_path, shared_data_dir):
+def test_a_t4_run_reaches_the_trainer_through_at_most_15_files_never_coming_back(
+    tmp_path, shared_data_dir
+):
     # `python train.py +hw=t4`, the command, with the device probe answering as a T4: the
     # longest route (device check, GPU plan, host check). +hw=cpu's is shorter (no GPU plan) and
     # takes four times as long under the profile hook (it builds the Trainer): the script prints it.
@@ -66,4 +68,5 @@ def test_a_t4_run_reaches_the_trainer_through_at_most_15_files(tmp_path, shared_
     assert counts["reached_fit"]
     assert counts["files"][:2] == ["train.py", "vramkit/core/run/run_folder_guard.py"]
     assert len(counts["files"]) <= 15, counts["files"]
+    assert counts["reentries"] == [], counts["reentries"]  # back to a file only by a return
     assert counts["compositions"] <= 2, counts

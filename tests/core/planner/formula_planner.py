@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.cuda.optimizer_layouts import ADAMW_8BIT, CONFIGURED, ZERO2_OFFLOAD
-from vramkit.core.planner.decisions.plan import TRAIN, PhasePlan, largest_fitting
+from vramkit.core.planner.decisions.plan import INFERENCE, TRAIN, VAL, PhasePlan, largest_fitting
 from vramkit.core.planner.decisions.remedies import Change
+from vramkit.core.planner.decisions.task_plan import MemoryPlan
 from vramkit.core.planner.request import ModelFacts
 from vramkit.core.planner.tracing.recorder import (
     ACTIVATIONS,
@@ -88,3 +89,29 @@ class FormulaPlanner:
             lambda size: self.measure(phase, size, setup).peak, budget_bytes, upper
         )
         return best, self.measure(phase, max(best, 1), setup)
+
+
+def formula_plan(request):
+    """plan_task's stand-in: the formula planner at the requested sizes (1 for a search)."""
+    profile = request.profile
+    train_batch_size, val_batch_size = request.train_batch_size, request.val_batch_size
+    planner = FormulaPlanner(per_sample_gib=6.0)
+    setup = LoraSetup(precision=profile.precision, device=None)
+    budget = int(profile.budget_gib * GIB)
+    return MemoryPlan(
+        profile=profile,
+        setup=setup,
+        optimizer="AdamW",
+        budget_bytes=budget,
+        train=planner.measure(TRAIN, train_batch_size or 1, setup),
+        val=planner.measure(VAL, val_batch_size or 1, setup),
+        inference=planner.measure(INFERENCE, val_batch_size or 1, setup),
+        train_searched=train_batch_size is None,
+        val_searched=val_batch_size is None,
+        train_limit=None,
+        val_limit=None,
+        remedies=(),
+        traces=2,
+        seconds=0.0,
+        planner=planner,
+    )

@@ -17,7 +17,8 @@ from omegaconf import OmegaConf
 
 from vramkit.core.run.evaluate import SCORES_NAME, evaluate
 from vramkit.core.run.folder.run_folder import RUN_OVERRIDES, read_run_overrides
-from vramkit.core.run.settling.settle import settle, settled_config
+from vramkit.core.run.settling.compose import settled_config
+from vramkit.core.run.settling.settle import settle
 from vramkit.core.run.train import train
 from vramkit.tasks.text_detection.data.synthetic_text import (
     SyntheticTextConfig,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from vramkit.core.config.instantiate import instantiate
-from vramkit.core.run.settling.settle import settle, settled_config
+from vramkit.core.run.settling.compose import settled_config
+from vramkit.core.run.settling.settle import settle
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from vramkit.core.hardware.profile import AUTO, HardwareProfile, ProfileError
+from vramkit.core.hardware.profile import AUTO, HardwareProfile, ProfileError, ProfileSource
 from vramkit.core.planner.tracing.batches import PhaseSamples
 from vramkit.core.planner.tracing.run_setup import RunSetup
+from vramkit.core.planner.tracing.sharding import sharding_of
 from vramkit.core.units import GIB
 
 ModelOverrides = tuple[tuple[str, str], ...]
@@ -46,6 +47,54 @@ class TaskBatchDefaults:
 
     train: int | None = None
     val: int | None = None
+
+    def for_auto(self, field: str, source: ProfileSource) -> int:
+        """The stated size that `hw.<field>` ("batch_size" or "val_batch_size") set to "auto"
+        takes; a `ProfileError` naming the key and its file when the task states none."""
+        phase = "train" if field == "batch_size" else "val"
+        value = self.train if phase == "train" else self.val
+        if value is None:
+            raise ProfileError(
+                f"hw.{field} is 'auto' ({source.where(field)}) but the task config has no "
+                f"{DEFAULTS_KEY}.{phase}: set hw.{field}=<int> or {DEFAULTS_KEY}.{phase}=<int>",
+                keys=(field,),
+            )
+        return value
+
+
+def task_batch_default(config: Mapping[str, Any], phase: str) -> int | None:
+    """The task's stated batch size for `phase` ("train" or "val"): `batch_size_defaults.<phase>`
+    of the run's `config` (a composed config is a mapping).
+
+    None when the task states none; a `ProfileError` when it states something other than a
+    positive int.
+    """
+    defaults = config.get(DEFAULTS_KEY)
+    value = defaults.get(phase) if isinstance(defaults, Mapping) else None
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise ProfileError(
+            f"{DEFAULTS_KEY}.{phase} must be a positive int, got {value!r}", keys=(phase,)
+        )
+    return value
+
+
+def task_batch_defaults(config: Mapping[str, Any]) -> TaskBatchDefaults:
+    """The batch sizes the run's `config` states (`batch_size_defaults`)."""
+    return TaskBatchDefaults(task_batch_default(config, "train"), task_batch_default(config, "val"))
+
+
+def setup_for(
+    profile: HardwareProfile,
+    trainer: Mapping[str, Any] | None,
+    world_size: int,
+    *,
+    activation_offload: bool = False,
+) -> RunSetup:
+    """The `RunSetup` a run asks for on `profile`: the profile's precision and accumulation, the
+    `trainer` config's strategy on `world_size` processes (`sharding_of`), activation offload."""
+    return RunSetup.from_profile(profile).replace(
+        activation_offload=activation_offload, sharding=sharding_of(trainer, world_size)
+    )
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from vramkit.core.run.eval_backend import backend_settings, prepare_model
 from vramkit.core.run.library_chatter import hide_library_chatter, output_settings
 from vramkit.core.run.loggers import finish_wandb
 from vramkit.core.run.resume_contract import check_resume
-from vramkit.core.run.settling.settle import log_decisions, settle, settled_config
+from vramkit.core.run.settling.compose import settled_config
+from vramkit.core.run.settling.settle import log_decisions, settle
 
 log = logging.getLogger(__name__)
 

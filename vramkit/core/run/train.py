@@ -40,14 +40,9 @@ from vramkit.core.run.resume_contract import (
 )
 from vramkit.core.run.run_folder_guard import claim_job_folder
 from vramkit.core.run.seed import check_seed
+from vramkit.core.run.settling.compose import settled_config
 from vramkit.core.run.settling.fit_to_budget import write_fit_decision
-from vramkit.core.run.settling.settle import (
-    Settlement,
-    log_decisions,
-    settle,
-    settled_config,
-    write_overrides,
-)
+from vramkit.core.run.settling.settle import Settlement, log_decisions, settle, write_overrides
 from vramkit.core.trainer_assembly.working_set import keep_working_callbacks
 from vramkit.core.workload import check_workload
 

@@ -11,12 +11,8 @@ from vramkit.core.hardware.detect import DeviceInfo
 from vramkit.core.run.folder.run_folder import read_run_overrides
 from vramkit.core.run.settling import compose
 from vramkit.core.run.settling import settle as settle_module
-from vramkit.core.run.settling.settle import (
-    override_text,
-    settle,
-    settled_config,
-    write_overrides,
-)
+from vramkit.core.run.settling.compose import settled_config
+from vramkit.core.run.settling.settle import override_text, settle, write_overrides
 
 CPU_2 = DeviceInfo("cpu", "CPU", 16.0, None, count=0, cpu_count=2)
 T4 = DeviceInfo("cuda", "Tesla T4", 14.57, (7, 5), count=1, cpu_count=2)
@@ -110,6 +106,7 @@ def test_settling_composes_the_runs_config_once(compose_config, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(settle_module, "compose_run", counted)
+    monkeypatch.setattr(compose, "compose_run", counted)
     for overrides in (("debug=smoke",), ("+hw=cpu", "debug=smoke"), ("+hw.num_workers=0",)):
         composed.clear()
         settlement = settle(compose_config(*overrides), device=CPU_2, plan_batches=False)

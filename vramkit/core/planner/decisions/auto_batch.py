@@ -9,10 +9,9 @@ from typing import Any
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.decisions.plan import TRAIN
 from vramkit.core.planner.decisions.remedies import split_batch
-from vramkit.core.planner.decisions.task_defaults import DEFAULTS_KEY
 from vramkit.core.planner.decisions.task_plan import MemoryPlan, plan_task
 from vramkit.core.planner.errors import DoesNotFitError, PlanningError
-from vramkit.core.planner.request import PlanRequest
+from vramkit.core.planner.request import DEFAULTS_KEY, PlanRequest
 from vramkit.core.units import GIB
 
 

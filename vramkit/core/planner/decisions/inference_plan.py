@@ -1,5 +1,11 @@
 """Plan evaluation on its own (`eval.py`): the inference phase alone, no training traces.
 
+`eval.py`'s batch size on a GPU profile is the inference plan's, never a training plan's
+(`settle_inference_batch`): evaluation runs `Trainer.validate` on its own, in eval mode under
+`torch.inference_mode`, the parameters resident and nothing of training. "auto" takes the largest
+batch the inference phase fits into the profile's budget; a size the user set is kept, and refused
+before any work when that phase says it does not fit.
+
 `plan_inference_batch_size` builds the request's module and one validation sample, then traces only
 `trace_inference` (eval mode, no gradients, no optimizer state) to find the largest batch that
 fits the profile's budget, or to check a batch size the user set. A full `plan_task` would also
@@ -11,9 +17,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from vramkit.core.hardware.profile import HardwareProfile
+from vramkit.core.hardware.profile import HardwareProfile, ProfileSource
 from vramkit.core.planner.decisions.plan import INFERENCE, PhasePlan
 from vramkit.core.planner.decisions.task_plan import task_planner
+from vramkit.core.planner.errors import DoesNotFitError, PlanningError
 from vramkit.core.planner.request import PlanRequest
 from vramkit.core.units import GIB
 
@@ -105,3 +112,41 @@ def plan_inference_batch_size(request: PlanRequest) -> InferenceBatchPlan:
         traces=planner.traces,
         seconds=time.perf_counter() - started,
     )
+
+
+def settle_inference_batch(
+    request: PlanRequest, source: ProfileSource
+) -> tuple[int | None, tuple[str, ...]]:
+    """The evaluation batch of `request` (a GPU profile; `val_batch_size` None for "auto"): the
+    searched size, or None to keep the one set, and the line that says so (batch, planned peak,
+    budget).
+
+    Raises `DoesNotFitError` when a set `hw.val_batch_size` does not fit (naming the key, its
+    file from `source` and the largest that fits) or when not even one sample fits.
+    """
+    profile = request.profile
+    searched = request.val_batch_size is None
+    try:
+        plan = plan_inference_batch_size(request)
+    except PlanningError as error:
+        fallback = "'auto' takes the task's stated default" if searched else "it is not checked"
+        return None, (f"memory planner unavailable ({error}); the eval batch size {fallback}",)
+    if not plan.fits:
+        budget = f"{profile.label}'s budget of {plan.budget_bytes / GIB:.2f} GiB for evaluation"
+        peak = f"planned peak {plan.inference.peak_gib:.2f} GiB"
+        if searched:
+            raise DoesNotFitError(
+                f"hw.val_batch_size=auto: not even batch size 1 fits {budget} ({peak}); run "
+                f"scripts/plan_memory.py +hw={profile.name} to see the inference phase"
+            )
+        largest = (
+            f"the largest that fits is {plan.largest}: set hw.val_batch_size={plan.largest}"
+            if plan.largest
+            else "not even batch size 1 fits"
+        )
+        raise DoesNotFitError(
+            f"hw.val_batch_size={profile.val_batch_size} ({source.where('val_batch_size')}) "
+            f"does not fit {budget} ({peak}); {largest}"
+        )
+    # The user's size stands (a loader caps it at the set's size itself).
+    return (plan.inference.batch_size if searched else None), (plan.line(),)

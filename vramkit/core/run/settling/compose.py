@@ -12,6 +12,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -108,6 +109,24 @@ def compose_run(config_name: str, overrides: Sequence[str], *, conf_dir: Path) -
         return compose(config_name, overrides=list(overrides))
     with initialize_config_dir(config_dir=str(Path(conf_dir)), version_base="1.3"):
         return compose(config_name, overrides=list(overrides))
+
+
+class SettledRun(Protocol):
+    """What composing a settled run needs (`vramkit.core.run.settling.settle.Settlement`)."""
+
+    config_name: str
+    conf_dir: str
+
+    @property
+    def run_overrides(self) -> tuple[str, ...]: ...
+
+
+def settled_config(settlement: SettledRun) -> DictConfig:
+    """The run's config: `settlement.run_overrides` composed through Hydra's public API (the
+    second and last composition of a run: the first is the user's overrides alone)."""
+    return compose_run(
+        settlement.config_name, settlement.run_overrides, conf_dir=Path(settlement.conf_dir)
+    )
 
 
 def forget_composition() -> None:

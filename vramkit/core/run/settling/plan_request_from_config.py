@@ -19,19 +19,18 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.hardware.profile import HardwareProfile
 from vramkit.core.planner.cuda.optimizer_layouts import BITSANDBYTES_TARGETS
-from vramkit.core.planner.decisions.task_defaults import task_batch_default
 from vramkit.core.planner.request import (
     ModelFacts,
     ModelOverrides,
     ModuleFactory,
     PlanRequest,
-    TaskBatchDefaults,
     batch_size_request,
     requested_batch_sizes,
+    setup_for,
+    task_batch_defaults,
 )
 from vramkit.core.planner.tracing.batches import PhaseSamples, sample_batches
 from vramkit.core.planner.tracing.run_setup import RunSetup
-from vramkit.core.planner.tracing.sharding import Sharding, sharding_of
 
 _ADAM_TARGETS = ("torch.optim.AdamW", "torch.optim.Adam")
 _OFFLOAD_KEY = "callbacks.activation_offload"
@@ -97,36 +96,24 @@ def data_factory(planning: DictConfig) -> Callable[[], PhaseSamples]:
     return lambda: sample_batches(instantiate(planning.data))
 
 
-def run_sharding(cfg: DictConfig, profile: HardwareProfile) -> Sharding:
-    """How `cfg`'s trainer spreads the run: its strategy on `devices × num_nodes` processes.
+def profile_setup(cfg: DictConfig, profile: HardwareProfile) -> RunSetup:
+    """The `RunSetup` `cfg`'s run has on `profile`: its precision, its trainer's strategy on
+    `devices × num_nodes` processes, and activation offload.
 
     The trainer's own integer `devices` / `num_nodes` (e.g. trainer=ddp_sim's 2 processes) win
     over the profile's; interpolations of the profile are not resolved here (that would plan).
     """
+    offload = bool(OmegaConf.select(cfg, f"{_OFFLOAD_KEY}.enabled", default=False))
     trainer = cfg.get("trainer")
-    if not isinstance(trainer, DictConfig):
-        return sharding_of({}, profile.world_size)  # Lightning's "auto"
+    if not isinstance(trainer, DictConfig):  # Lightning's "auto"
+        return setup_for(profile, {}, profile.world_size, activation_offload=offload)
     raw = OmegaConf.to_container(trainer, resolve=False)
     devices = raw.get("devices")
     nodes = raw.get("num_nodes")
     world = (devices if isinstance(devices, int) else profile.devices) * (
         nodes if isinstance(nodes, int) else profile.num_nodes
     )
-    return sharding_of(raw, world)
-
-
-def profile_setup(cfg: DictConfig, profile: HardwareProfile) -> RunSetup:
-    """The `RunSetup` `cfg`'s run has on `profile`: its precision, strategy and activation
-    offload."""
-    offload = OmegaConf.select(cfg, f"{_OFFLOAD_KEY}.enabled", default=False)
-    return RunSetup.from_profile(profile).replace(
-        activation_offload=bool(offload), sharding=run_sharding(cfg, profile)
-    )
-
-
-def task_batch_defaults(cfg: DictConfig) -> TaskBatchDefaults:
-    """The task's stated batch sizes (`batch_size_defaults`) of `cfg`."""
-    return TaskBatchDefaults(task_batch_default(cfg, "train"), task_batch_default(cfg, "val"))
+    return setup_for(profile, raw, world, activation_offload=offload)
 
 
 def _lora_defaults(cfg: DictConfig, model_cfg: DictConfig) -> dict[str, Any] | None:

@@ -31,19 +31,14 @@ from vramkit.core.hardware.device_check import (
 )
 from vramkit.core.hardware.profile import (
     HardwareProfile,
-    ProfileError,
     ProfileSource,
     override_key,
     validate_profile,
 )
-from vramkit.core.planner.decisions.task_defaults import DEFAULTS_KEY, task_batch_default
-from vramkit.core.planner.request import batch_size_request
-from vramkit.core.run.settling.eval_batch import settle_eval_batch
-from vramkit.core.units import GIB
+from vramkit.core.planner.request import DEFAULTS_KEY, batch_size_request, task_batch_defaults
 
 if TYPE_CHECKING:
-    from vramkit.core.planner.decisions.task_plan import MemoryPlan
-    from vramkit.core.run.settling.fit_to_budget import BudgetOutcome
+    from vramkit.core.planner.decisions.run_memory import Mode, RunMemory
 
 _DATA_DEFAULTS = (
     ("batch_size", "train"),
@@ -97,64 +92,95 @@ def settle_profile(
 
     Without `cfg.hw` (no `+hw=` given) the profile is detected from `device` (probed when None)
     and loaded from `conf_dir/hw/<name>.yaml`; `hw.*` keys given without a profile are merged on
-    top. On a GPU profile with a model and data to plan (and `plan_batches` true) the memory
-    planner plans the requested run: when it does not fit, `hw.fit: auto` takes the cheapest
-    remedy that fits and settles the config `compose_with(remedy)` gives instead (raises
-    `RemedyNeedsComposition` without `compose_with`); `hw.fit: off` refuses with the remedies
-    listed; a GPU profile rehearsed on a CPU (`hw.strict=false`) only says what it would do.
-    "auto" batch sizes then come from the planner (else, and on a CPU, from the task's stated
+    top. With a model and data to plan (and `plan_batches` true) the planner decides the run's
+    memory in one call (`fit_to_budget.plan_memory`): on a GPU the requested run is planned and,
+    when it does not fit, `hw.fit: auto` takes the cheapest remedy that fits and settles the
+    config `compose_with(remedy)` gives instead (raises `RemedyNeedsComposition` without
+    `compose_with`), `hw.fit: off` refuses with the remedies listed; a GPU profile rehearsed on a
+    CPU (`hw.strict=false`) only says what it would do; a `cpu` run's sizes are fitted into the
+    host's memory. "auto" batch sizes come from the planner (else from the task's stated
     defaults). Raises `ProfileError` for an invalid profile or missing data defaults,
     `HardwareMismatchError` when a strict profile does not fit the device, and the planner's
     `DoesNotFitError` when the run does not fit and is not fitted. With `check_device=False` the
     profile is settled for its own hardware (a preview, as `scripts/plan_memory.py
     --print-config` shows it): no device check and no memory cap. With `plan_inference`
-    (eval.py) a GPU profile's `val_batch_size` is the inference plan's (`settle_eval_batch`).
+    (eval.py) a GPU profile's `val_batch_size` is the inference plan's.
     """
     cfg = copy.deepcopy(cfg)  # a detected profile is written into its hw node for the planner
     if check_device and device is None:
         device = probe_device()
     requested, profile, lines = _checked_profile(cfg, conf_dir, device, check_device)
-    plan = None
     remedy: tuple[str, ...] = ()
-    record = None
-    target = _fit_target(cfg, requested.profile, profile) if plan_batches else None
-    if target is not None:
-        outcome, said = _plan_within_budget(cfg, target, rehearsal=profile.accelerator != "gpu")
-        lines += said
-        if outcome is not None:
-            record = outcome.record()
-            if outcome.applied:
-                if compose_with is None:
-                    raise RemedyNeedsComposition(
-                        f"the automatic fit chose {' '.join(outcome.remedy)}, and this caller "
-                        "gave no way to compose it: settle the config with "
-                        "vramkit.core.run.settling.settle.settle"
-                    )
-                remedy = outcome.remedy
-                cfg = compose_with(remedy)
-                # The remedy's config: its profile settled again, its lines said already.
-                requested, profile, _ = _checked_profile(cfg, conf_dir, device, check_device)
-            elif profile.accelerator == "gpu":
-                plan = outcome.plan
+    memory = None
+    mode = _memory_mode(requested.profile, profile, check_device=check_device)
+    wanted = plan_batches or (plan_inference and mode == "device")
+    if mode is not None and wanted and _plannable(cfg):
+        # Imported here: the planner pulls in Lightning and fake tensors.
+        from vramkit.core.run.settling.fit_to_budget import plan_memory
 
-    memory_plan = None
-    # A `cpu` profile's budget is the host's memory (a GPU profile rehearsed on a CPU plans its
-    # GPU instead, above; the memory monitor's guard still watches its host).
-    if plan_batches and check_device and requested.profile.accelerator == "cpu" and _plannable(cfg):
-        profile, said, memory_plan = _sized_for_host_memory(cfg, profile, requested.source)
-        lines += said
-    if plan_batches:
-        profile, said, predictions = _planned_batch_sizes(cfg, profile, plan)
-        lines += said
-        memory_plan = predictions or memory_plan
-    if plan_inference and _plannable(cfg):
-        profile, said = settle_eval_batch(cfg, profile, requested.source)
-        lines += said
+        target = requested.profile if mode == "rehearsal" else profile
+        typed = _typed_override()
+        memory = plan_memory(
+            cfg,
+            target,
+            mode=mode,
+            source=requested.source,
+            training=plan_batches,
+            inference=plan_inference,
+            typed=typed,
+        )
+        lines += memory.lines
+        if memory.remedy:
+            if compose_with is None:
+                raise RemedyNeedsComposition(
+                    f"the automatic fit chose {' '.join(memory.remedy)}, and this caller "
+                    "gave no way to compose it: settle the config with "
+                    "vramkit.core.run.settling.settle.settle"
+                )
+            remedy, record = memory.remedy, memory.fit_record
+            cfg = compose_with(remedy)
+            # The remedy's config: its profile settled again, its lines said already.
+            requested, profile, _ = _checked_profile(cfg, conf_dir, device, check_device)
+            memory = plan_memory(
+                cfg,
+                profile,
+                mode="device",
+                source=requested.source,
+                check_fit=False,
+                inference=plan_inference,
+                typed=typed,
+            )
+            memory = dataclasses.replace(memory, fit_record=record)
+            lines += memory.lines
+        profile = profile.model_copy(update=_decided_sizes(memory))
     profile, said = resolve_batch_sizes(profile, cfg, source=requested.source)
     lines += said
-    if plan is not None:
-        lines += _check_gpu_host_memory(cfg, profile, plan)
-    return SettledProfile(profile, requested, remedy, lines, record, memory_plan)
+    if memory is None:
+        return SettledProfile(profile, requested, remedy, lines, None, None)
+    lines += memory.host_lines
+    return SettledProfile(profile, requested, remedy, lines, memory.fit_record, memory.memory_plan)
+
+
+def _memory_mode(
+    requested: HardwareProfile, running: HardwareProfile, *, check_device: bool
+) -> Mode | None:
+    """How the planner decides the run's memory: a GPU run on its GPU ("device"), a GPU profile
+    rehearsed on a CPU ("rehearsal"), a `cpu` run within the host's memory ("host", not in a
+    preview); None when there is nothing to plan."""
+    if running.accelerator == "gpu":
+        return "device"
+    if requested.accelerator == "gpu":
+        return "rehearsal" if requested.budget_gib is not None else None
+    return "host" if check_device else None
+
+
+def _decided_sizes(memory: RunMemory) -> dict[str, int]:
+    decided = {
+        "batch_size": memory.train_batch_size,
+        "val_batch_size": memory.val_batch_size,
+        "accumulate_grad_batches": memory.accumulate_grad_batches,
+    }
+    return {key: value for key, value in decided.items() if value is not None}
 
 
 def _checked_profile(
@@ -180,121 +206,11 @@ def _checked_profile(
     return requested, profile, lines
 
 
-def _fit_target(
-    cfg: DictConfig, requested: HardwareProfile, running: HardwareProfile
-) -> HardwareProfile | None:
-    """The GPU profile to plan the requested run on: the one the run uses, or, on a CPU
-    rehearsal, the requested one; None when there is nothing to plan."""
-    target = running if running.accelerator == "gpu" else requested
-    if target.accelerator != "gpu" or target.budget_gib is None or not _plannable(cfg):
-        return None
-    return target
-
-
-def _sized_for_host_memory(
-    cfg: DictConfig, profile: HardwareProfile, source: ProfileSource
-) -> tuple[HardwareProfile, Lines, dict[str, Any] | None]:
-    """A `cpu` profile whose batch sizes fit the host's memory ("auto" takes the largest up to
-    the task's stated default that fits, a set size is checked), the lines that say so, and the
-    host plan (`memory_plan.json`). Raises `DoesNotFitError` (with the remedies) when even
-    batch size 1, or the set size, does not fit."""
-    # Imported here, as for `_plan_within_budget`: the planner pulls in Lightning and fake tensors.
-    from vramkit.core.planner import DoesNotFitError, PlanningError
-    from vramkit.core.planner.decisions.host_memory import host_budget
-    from vramkit.core.run.settling.fit_to_budget import size_for_host_memory
-
-    budget = host_budget(profile.memory_budget_fraction, memory_gib=profile.memory_gib)
-    if budget is None:
-        return (
-            profile,
-            ("host memory unknown (no /proc/meminfo): the run is not checked against it",),
-            None,
-        )
-    lines: Lines = ()
-    if budget.capped_from is not None:
-        lines += (
-            f"warning: hw.memory_gib {budget.capped_from:g} ({source.where('memory_gib')}) is "
-            f"more than this process can have now; planned within {budget.available / GIB:.2f} "
-            "GiB instead (other processes hold the rest)",
-        )
-    asked = batch_size_request(profile)
-    searched = asked.searched
-    requested = [
-        _data_default(cfg, data_key, field, source) if size is None else size
-        for (field, data_key), size in zip(_DATA_DEFAULTS, asked.sizes, strict=True)
-    ]
-    try:
-        sizing = size_for_host_memory(
-            cfg,
-            profile,
-            budget,
-            train_batch_size=requested[0],
-            val_batch_size=requested[1],
-            searched=searched,
-            typed=_typed_override(),
-        )
-    except DoesNotFitError:
-        raise
-    except PlanningError as error:
-        return (
-            profile,
-            (*lines, f"memory planner unavailable ({error}); host memory is not checked"),
-            None,
-        )
-    lines += (sizing.line(),)
-    sizes = (sizing.train.batch_size, sizing.val.batch_size)
-    for (field, data_key), auto, wanted, size in zip(
-        _DATA_DEFAULTS, searched, requested, sizes, strict=True
-    ):
-        if auto and size < wanted:
-            lines += (
-                f"{field} 'auto' takes {size}, the largest that fits the host's memory or the "
-                f"dataset's size ({DEFAULTS_KEY}.{data_key} is {wanted})",
-            )
-    sized = profile.model_copy(update={"batch_size": sizes[0], "val_batch_size": sizes[1]})
-    return sized, lines, sizing.predictions(profile)
-
-
-def _check_gpu_host_memory(cfg: DictConfig, profile: HardwareProfile, plan: MemoryPlan) -> Lines:
-    """Pinned batches, loader workers and DeepSpeed's offloaded state against the host's memory;
-    the line that says what was planned. Raises `DoesNotFitError` with the remedies when they
-    do not fit."""
-    from vramkit.core.run.settling.fit_to_budget import check_gpu_host_memory
-
-    sizing = check_gpu_host_memory(
-        cfg,
-        profile,
-        plan,
-        train_batch_size=int(profile.batch_size),
-        val_batch_size=int(profile.val_batch_size),
-        typed=_typed_override(),
-    )
-    return (sizing.line(),) if sizing is not None else ()
-
-
 def _plannable(cfg: DictConfig) -> bool:
     """The config has a model and a datamodule to build (each with a `_target_`)."""
     return all(
         isinstance(cfg.get(key), DictConfig) and "_target_" in cfg[key] for key in ("model", "data")
     )
-
-
-def _plan_within_budget(
-    cfg: DictConfig, profile: HardwareProfile, *, rehearsal: bool
-) -> tuple[BudgetOutcome | None, Lines]:
-    # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
-    from vramkit.core.planner import DoesNotFitError, PlanningError
-    from vramkit.core.run.settling.fit_to_budget import plan_within_budget
-
-    try:
-        outcome = plan_within_budget(cfg, profile, rehearsal=rehearsal, typed=_typed_override())
-    except DoesNotFitError:
-        raise
-    except PlanningError as error:
-        return None, (
-            f"memory planner unavailable ({error}); the run is not checked against the budget",
-        )
-    return outcome, outcome.lines
 
 
 def _typed_override() -> Callable[[str], str]:
@@ -379,9 +295,9 @@ def resolve_batch_sizes(
     lines: Lines = ()
     updates: dict[str, int] = {}
     asked = batch_size_request(profile)
-    for (field, data_key), auto in zip(_DATA_DEFAULTS, asked.searched, strict=True):
+    for (field, _), auto in zip(_DATA_DEFAULTS, asked.searched, strict=True):
         if auto:
-            updates[field] = _data_default(cfg, data_key, field, source)
+            updates[field] = task_batch_defaults(cfg).for_auto(field, source)
     if updates:
         taken = ", ".join(
             f"{field} {updates[field]} ({DEFAULTS_KEY}.{data_key})"
@@ -405,48 +321,6 @@ def resolve_batch_sizes(
     if profile.accumulate_grad_batches not in (1, accumulate):
         line += f"; replaces accumulate_grad_batches {profile.accumulate_grad_batches}"
     return profile.model_copy(update={"accumulate_grad_batches": accumulate}), (*lines, line)
-
-
-def _planned_batch_sizes(
-    cfg: DictConfig, profile: HardwareProfile, plan: MemoryPlan | None = None
-) -> tuple[HardwareProfile, Lines, dict[str, Any] | None]:
-    """A GPU profile with its "auto" batch sizes resolved by the memory planner (from `plan`
-    when the requested run was planned already), the lines that say why, and the predicted
-    peaks (`memory_plan.json`)."""
-    wants_auto = batch_size_request(profile).any_searched
-    if profile.accelerator != "gpu" or not wants_auto or not _plannable(cfg):
-        return profile, (), None
-    # Imported here: the planner pulls in Lightning and fake tensors, which CPU runs never need.
-    from vramkit.core.planner import DoesNotFitError, PlanningError, resolve_auto_batch_sizes
-    from vramkit.core.run.settling.plan_request_from_config import plan_request
-
-    try:
-        request = plan_request(cfg, profile, with_remedies=False)
-        sizes = resolve_auto_batch_sizes(request, plan)
-    except DoesNotFitError:
-        raise
-    except PlanningError as error:
-        line = f"memory planner unavailable ({error}); 'auto' takes the task's stated defaults"
-        return profile, (line,), None
-    planned = profile.model_copy(
-        update={
-            "batch_size": sizes.train,
-            "val_batch_size": sizes.val,
-            "accumulate_grad_batches": sizes.accumulate,
-        }
-    )
-    return planned, sizes.lines, sizes.predictions
-
-
-def _data_default(cfg: DictConfig, data_key: str, field: str, source: ProfileSource) -> int:
-    value = task_batch_default(cfg, data_key)
-    if value is None:
-        raise ProfileError(
-            f"hw.{field} is 'auto' ({source.where(field)}) but the task config has no "
-            f"{DEFAULTS_KEY}.{data_key}: set hw.{field}=<int> or {DEFAULTS_KEY}.{data_key}=<int>",
-            keys=(field,),
-        )
-    return value
 
 
 def _needs_detection(given: object, choice: str | None) -> bool:

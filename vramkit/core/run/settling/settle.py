@@ -204,13 +204,6 @@ def _loader_workers(run: DictConfig, profile: HardwareProfile) -> int | None:
     return raw if isinstance(raw, int) else None
 
 
-def settled_config(settlement: Settlement) -> DictConfig:
-    """The run's config: `settlement.run_overrides` composed through Hydra's public API."""
-    return compose_run(
-        settlement.config_name, settlement.run_overrides, conf_dir=Path(settlement.conf_dir)
-    )
-
-
 def write_overrides(output_dir: Path, settlement: Settlement, name: str = RUN_OVERRIDES) -> Path:
     """Write the run's overrides into `output_dir/<name>`, one a line; return the path.
 

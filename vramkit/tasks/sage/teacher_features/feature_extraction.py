@@ -24,7 +24,8 @@ from torch import nn
 
 from vramkit.core.config.instantiate import instantiate
 from vramkit.core.data.loaders import DEFAULT_NUM_WORKERS
-from vramkit.core.run.settling.settle import log_decisions, settle, settled_config
+from vramkit.core.run.settling.compose import settled_config
+from vramkit.core.run.settling.settle import log_decisions, settle
 from vramkit.core.units import GIB
 from vramkit.tasks.sage.data.arc_batching import grid_loader
 from vramkit.tasks.sage.data.arc_examples import INPUT_KEYS

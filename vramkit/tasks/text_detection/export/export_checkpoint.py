@@ -30,7 +30,8 @@ from vramkit.core.config.instantiate import instantiate
 from vramkit.core.config.source import ConfigSource, command_line_overrides
 from vramkit.core.io.checkpoint_io import atomic_write_bytes
 from vramkit.core.run.checkpoint_setting import checkpoint_setting
-from vramkit.core.run.settling.settle import log_decisions, settle, settled_config
+from vramkit.core.run.settling.compose import settled_config
+from vramkit.core.run.settling.settle import log_decisions, settle
 from vramkit.tasks.text_detection.data.device_inputs import normalize_images
 from vramkit.tasks.text_detection.data.icdar_folder import (
     TextDetectionDataset,
