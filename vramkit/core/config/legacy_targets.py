@@ -53,7 +53,6 @@ MOVED_MODULES: dict[str, str] = {
     "vramkit.core.callbacks.working_set": "vramkit.core.trainer_assembly.working_set",
     "vramkit.core.run.compose": "vramkit.core.run.settling.compose",
     "vramkit.core.run.config_preview": "vramkit.core.run.settling.config_preview",
-    "vramkit.core.run.eval_batch": "vramkit.core.run.settling.eval_batch",
     "vramkit.core.run.fit_to_budget": "vramkit.core.run.settling.fit_to_budget",
     "vramkit.core.run.held_stderr": "vramkit.core.run.refusal.held_stderr",
     "vramkit.core.run.multirun_report": "vramkit.core.run.records.multirun_report",
