@@ -446,9 +446,9 @@ def train_whole_batch(
     lightning/pytorch/loops/optimization/automatic.py), so the previous step's gradients are
     alive during the forward, as the planner counts them. Zeroing them before the forward
     instead changed the order of the host's frees: on a CPU run, glibc then handed the
-    heap's top back to the kernel before each forward and faulted it in again, 34-40k page
-    faults a DBNet step against 15k, about 60 ms of a 670 ms step
-    (``benchmarks/overhead.py``'s default task).
+    heap's top back to the kernel before the forward and faulted it in again, a median 30k
+    page faults a DBNet step against the plain loop's 8k, 50 ms of a 700 ms step
+    (``benchmarks/overhead.py``'s default task, four runs of each).
     """
     state = module.oom_state
     state.skip_zero_grad = state.backward_done = False
