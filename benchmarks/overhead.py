@@ -19,6 +19,14 @@ clock. The headline ``overhead_pct`` is the median over repeats of the two back-
 difference: a best-of pairs the luckiest run of each side, which need not have met the same
 load. Best-of, per-side medians, steady-state steps and wall-clock numbers are recorded too.
 
+Each side's minor page faults per steady step are recorded beside its step time: a DBNet step
+on the CPU allocates and frees a few hundred MB through glibc's heap, and whenever glibc hands
+the heap's free top back to the kernel the next step faults it in again, about 2 µs a 4 KiB
+page. How often that happens follows the order of the step's frees, not their Python: while
+the OOM guard zeroed the gradients before the forward instead of after it, the vramkit side
+took a median 30k faults a step against the plain loop's 8k, 50 ms of a 700 ms step. Runs of
+the same code differ too (per-run medians 3k to 33k a step): most of this benchmark's noise.
+
 ``python -m benchmarks.overhead [--repeats N] [--epochs N]`` writes ``results/overhead.json``.
 """
 
@@ -27,6 +35,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import resource
 import statistics
 import tempfile
 import time
@@ -72,16 +81,36 @@ def steady_step_seconds(marks: Sequence[float]) -> float:
     return statistics.median(intervals) if intervals else float("nan")
 
 
+# The steps run on the main thread; the loader worker, another process, is not counted.
+_FAULTS_OF = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+
+
+def minor_faults() -> int:
+    """Minor page faults of this thread so far (of the process where threads are not told
+    apart): pages the kernel mapped in on first touch, without reading a disk."""
+    return resource.getrusage(_FAULTS_OF).ru_minflt
+
+
+def steady_step_faults(faults: Sequence[int]) -> float:
+    """Median minor page faults from one step's start to the next's, the first 3 steps left
+    out, as :func:`steady_step_seconds` does with the step times."""
+    steps = [later - earlier for earlier, later in itertools.pairwise(faults[3:])]
+    return statistics.median(steps) if steps else float("nan")
+
+
 class StepStartMarks(L.Callback):
-    """Process CPU time at the start of every training batch, and when training ends (before
-    the fit's closing work: the callbacks' ``on_fit_end``, the report among them)."""
+    """Process CPU time and minor page faults at the start of every training batch, and the CPU
+    time when training ends (before the fit's closing work: the callbacks' ``on_fit_end``, the
+    report among them)."""
 
     def __init__(self) -> None:
         self.marks: list[float] = []
+        self.faults: list[int] = []
         self.train_end = math.nan
 
     def on_train_batch_start(self, *args: Any) -> None:
         self.marks.append(time.process_time())
+        self.faults.append(minor_faults())
 
     def on_train_end(self, *args: Any) -> None:
         self.train_end = time.process_time()
@@ -116,6 +145,7 @@ def run_vramkit(cfg: DictConfig) -> dict[str, float]:
         "wall_seconds": wall,
         "steps": trainer.global_step,
         "steady_step_seconds": steady_step_seconds(marks.marks),
+        "steady_step_faults": steady_step_faults(marks.faults),
         **fit_phases(start, marks.marks, marks.train_end, end),
     }
 
@@ -131,13 +161,14 @@ def run_plain(cfg: DictConfig, *, max_steps: int | None = None) -> dict[str, flo
     scheduler = module.lr_schedule.build(optimizer, total)
     net.train()
     steps = 0
-    marks = []
+    marks, faults = [], []
     start, wall = time.process_time(), time.perf_counter()
     for _ in range(epochs):
         for batch in loader:
             if steps == total:
                 break
             marks.append(time.process_time())
+            faults.append(minor_faults())
             batch = to_model_inputs(batch)
             losses = loss_fn(net(batch["image"]), batch)
             optimizer.zero_grad(set_to_none=True)
@@ -152,6 +183,7 @@ def run_plain(cfg: DictConfig, *, max_steps: int | None = None) -> dict[str, flo
         "wall_seconds": wall,
         "steps": steps,
         "steady_step_seconds": steady_step_seconds(marks),
+        "steady_step_faults": steady_step_faults(faults),
         **fit_phases(start, marks, train_end, end),
     }
 
@@ -226,6 +258,13 @@ def run(repeats: int = 6, epochs: int = 2, extra_overrides: Sequence[str] = ()) 
         "steady_step_ms_plain": round(1000 * plain_steady, 1),
         "steady_step_ms_vramkit": round(1000 * vramkit_steady, 1),
         "steady_step_overhead_pct": _pct(vramkit_steady, plain_steady),
+        # minor page faults per steady step, each side's median over its repeats
+        **{
+            f"steady_step_faults_{side}": round(
+                statistics.median(r["steady_step_faults"] for r in results[side]), 1
+            )
+            for side in ("plain", "vramkit")
+        },
         "plain_spread_pct": _pct(
             max(r["cpu_seconds"] for r in results["plain"]), plain["best_cpu_seconds"]
         ),
@@ -255,7 +294,8 @@ def run(repeats: int = 6, epochs: int = 2, extra_overrides: Sequence[str] = ()) 
         "run; overhead_pct_best: best run of each side (as timeit); plain_spread_pct: how much "
         "the plain loop's slowest run took over its fastest (the noise floor); steady_step_* "
         "compare median step times after the first 3 steps (per-step costs without the fixed "
-        "ones); *_wall*: medians of the wall clock; phase_overhead_seconds: the paired difference "
+        "ones); steady_step_faults_*: minor page faults of the main thread per such step; "
+        "*_wall*: medians of the wall clock; phase_overhead_seconds: the paired difference "
         "per phase of a run (setup: start to the first step; steps: first step to the end of "
         "training, epoch ends and checkpoints included; closing: the end of training to the end "
         "of the run, where vramkit writes its report)",

@@ -4,6 +4,7 @@ reader, and a tiny run of the overhead comparison (both sides take the same step
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +91,16 @@ def test_summary_table_marks_missed_targets() -> None:
         run_all.main(["no_such_benchmark"])
 
 
+def test_overhead_counts_the_page_faults_of_steady_steps() -> None:
+    # the first 3 steps are start-up; then steps of 100 and 40 faults: median 70
+    assert overhead.steady_step_faults([0, 5000, 9000, 9100, 9200, 9240]) == 70
+    assert math.isnan(overhead.steady_step_faults([0, 1, 2, 3]))
+    before = overhead.minor_faults()
+    touched = bytearray(16 * 2**20)  # zero-filled fresh pages, mapped in on first touch
+    assert overhead.minor_faults() > before
+    del touched
+
+
 @pytest.mark.slow
 def test_overhead_sides_take_the_same_steps(tmp_path: Path) -> None:
     numbers = overhead.run(
@@ -110,6 +121,7 @@ def test_overhead_sides_take_the_same_steps(tmp_path: Path) -> None:
     assert all(plain[phase] >= 0 for phase in ("setup_seconds", "steps_seconds"))
     phases = sum(plain[p] for p in ("setup_seconds", "steps_seconds", "closing_seconds"))
     assert phases == pytest.approx(plain["cpu_seconds"], abs=0.002)  # rounded to ms each
+    assert math.isnan(plain["steady_step_faults"])  # 2 steps: none is steady
     assert set(numbers["phase_overhead_seconds"]) == {
         "setup_seconds",
         "steps_seconds",

@@ -4,6 +4,7 @@ of log calls."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections import Counter
 from typing import Any
@@ -141,3 +142,24 @@ def test_the_parameters_are_walked_once_per_epoch_not_per_step(monkeypatch, accu
     # with accumulation the arrival hooks are installed once per epoch, one per tensor
     trainable = sum(1 for p in module.parameters() if p.requires_grad)
     assert len(hooks) == (EPOCHS * trainable if accumulate > 1 else 0)
+
+
+def _note_gradient(seen: list[bool], parameter: torch.Tensor, *_: Any) -> None:
+    seen.append(parameter.grad is not None)
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_the_previous_gradients_are_freed_where_lightning_frees_them(accumulate):
+    # The order of the host's frees decides how often glibc hands heap back to the kernel and
+    # faults it in again (guarded_steps.train_whole_batch): the guarded step zeroes after the
+    # forward, as Lightning's closure does, so a forward sees the same gradients alive.
+    alive_at_forward: dict[type, list[bool]] = {}
+    for module in (_Plain(), _Guarded()):
+        seen = alive_at_forward.setdefault(type(module), [])
+        module.net.register_forward_pre_hook(
+            functools.partial(_note_gradient, seen, next(module.net.parameters()))
+        )
+        _fit(module, accumulate)
+    assert len(alive_at_forward[_Plain]) == STEPS_PER_EPOCH * EPOCHS
+    assert any(alive_at_forward[_Plain]) and not all(alive_at_forward[_Plain])
+    assert alive_at_forward[_Guarded] == alive_at_forward[_Plain]

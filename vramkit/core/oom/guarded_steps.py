@@ -440,11 +440,18 @@ def train_whole_batch(
     The same work as the runner's first attempt at the whole batch, without its bookkeeping
     for segments and micro-batches: on ``benchmarks/step_overhead.py``'s tiny model that
     bookkeeping was about 340 Python bytecodes per step (of 37,800; opcode tracing).
+
+    The gradients are zeroed where Lightning's own closure zeroes them: after the step's
+    forward, before its backward (``Closure.closure`` in
+    lightning/pytorch/loops/optimization/automatic.py), so the previous step's gradients are
+    alive during the forward, as the planner counts them. Zeroing them before the forward
+    instead changed the order of the host's frees: on a CPU run, glibc then handed the
+    heap's top back to the kernel before the forward and faulted it in again, a median 30k
+    page faults a DBNet step against the plain loop's 8k, 50 ms of a 700 ms step
+    (``benchmarks/overhead.py``'s default task, four runs of each).
     """
     state = module.oom_state
     state.skip_zero_grad = state.backward_done = False
-    zero_grads_now(module, batch_idx)
-    state.skip_zero_grad = True
     logs = HeldCalls()
     state.log_buffer = logs
     failed = False
@@ -452,6 +459,8 @@ def train_whole_batch(
         check_fault(state, "train", samples)
         output = step(module, batch, batch_idx, *extra)
         loss, extras = _loss_and_extras(output)
+        zero_grads_now(module, batch_idx)
+        state.skip_zero_grad = True  # Lightning's own call after this step would zero again
         if loss is not None:
             _backward(
                 module,
@@ -466,6 +475,8 @@ def train_whole_batch(
     finally:
         state.log_buffer = None
     if failed:
+        # Out of memory in the forward leaves the previous step's gradients, in the backward
+        # this batch's partial ones: the runner starts from none.
         zero_grads_now(module, batch_idx)
         return OUT_OF_MEMORY
     logs.replay(lightning_log(module))
