@@ -29,6 +29,9 @@ ModelOverrides = tuple[tuple[str, str], ...]
 DEFAULTS_KEY = "batch_size_defaults"
 """Top-level config key of the task's stated batch sizes (``train``, ``val``)."""
 
+BATCH_SIZE_KEYS = (("batch_size", "train"), ("val_batch_size", "val"))
+"""Each phase's batch size: its `hw.` key and its `batch_size_defaults` key."""
+
 UNBOUNDED_BATCH = 4096
 """The largest batch size searched when the dataset does not say how many samples it has."""
 
@@ -51,8 +54,8 @@ class TaskBatchDefaults:
     def for_auto(self, field: str, source: ProfileSource) -> int:
         """The stated size that `hw.<field>` ("batch_size" or "val_batch_size") set to "auto"
         takes; a `ProfileError` naming the key and its file when the task states none."""
-        phase = "train" if field == "batch_size" else "val"
-        value = self.train if phase == "train" else self.val
+        phase = dict(BATCH_SIZE_KEYS)[field]
+        value = getattr(self, phase)
         if value is None:
             raise ProfileError(
                 f"hw.{field} is 'auto' ({source.where(field)}) but the task config has no "
@@ -62,7 +65,7 @@ class TaskBatchDefaults:
         return value
 
 
-def task_batch_default(config: Mapping[str, Any], phase: str) -> int | None:
+def _task_batch_default(config: Mapping[str, Any], phase: str) -> int | None:
     """The task's stated batch size for `phase` ("train" or "val"): `batch_size_defaults.<phase>`
     of the run's `config` (a composed config is a mapping).
 
@@ -80,7 +83,7 @@ def task_batch_default(config: Mapping[str, Any], phase: str) -> int | None:
 
 def task_batch_defaults(config: Mapping[str, Any]) -> TaskBatchDefaults:
     """The batch sizes the run's `config` states (`batch_size_defaults`)."""
-    return TaskBatchDefaults(task_batch_default(config, "train"), task_batch_default(config, "val"))
+    return TaskBatchDefaults(*(_task_batch_default(config, phase) for _, phase in BATCH_SIZE_KEYS))
 
 
 def setup_for(

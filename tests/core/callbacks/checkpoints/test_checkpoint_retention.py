@@ -81,7 +81,13 @@ def _fit(
     width: int = 8,
     latest_as_last: bool = True,
 ) -> L.Trainer:
-    trainer = L.Trainer(
+    trainer = _trainer(folder, max_epochs, [retention, *_model_checkpoints(folder, latest_as_last)])
+    trainer.fit(_ScoreFallsEachEpoch(width), ckpt_path=ckpt_path)
+    return trainer
+
+
+def _trainer(folder: Path, max_epochs: int, callbacks: list[L.Callback]) -> L.Trainer:
+    return L.Trainer(
         accelerator="cpu",
         devices=1,
         max_epochs=max_epochs,
@@ -89,12 +95,10 @@ def _fit(
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
-        callbacks=[retention, *_model_checkpoints(folder, latest_as_last)],
+        callbacks=callbacks,
         plugins=[AtomicCheckpointIO()],
         default_root_dir=folder.parent,
     )
-    trainer.fit(_ScoreFallsEachEpoch(width), ckpt_path=ckpt_path)
-    return trainer
 
 
 def _names(folder: Path) -> set[str]:
@@ -234,18 +238,8 @@ def test_the_storage_log_names_a_long_folder_on_one_line(tmp_path, caplog):
 
 def _fit_with_last(folder: Path, retention: CheckpointRetention, max_epochs: int) -> L.Trainer:
     """A fit whose last.ckpt comes from vramkit's ResumeCheckpoint, as train.py registers it."""
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=max_epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[retention, ResumeCheckpoint(dirpath=str(folder), every_n_train_steps=None)],
-        plugins=[AtomicCheckpointIO()],
-        default_root_dir=folder.parent,
-    )
+    latest = ResumeCheckpoint(dirpath=str(folder), every_n_train_steps=None)
+    trainer = _trainer(folder, max_epochs, [retention, latest])
     trainer.fit(_ScoreFallsEachEpoch())
     return trainer
 

@@ -46,14 +46,18 @@ class _ValImages(L.LightningDataModule):
         return batches
 
 
-def test_detections_are_drawn_with_ground_truth_on_best_worst_and_random_images():
-    torch.manual_seed(0)
+def _detecting_module() -> TextDetectionModule:
     # a high prior makes the untrained network find text everywhere: detections to draw
-    module = TextDetectionModule(
+    return TextDetectionModule(
         DBNet(backbone_width=0.25, inner_channels=16, prob_prior=0.99),
         DBLoss(),
         optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
     )
+
+
+def test_detections_are_drawn_with_ground_truth_on_best_worst_and_random_images():
+    torch.manual_seed(0)
+    module = _detecting_module()
     assert isinstance(module, DrawsReportFigures)
     module.eval()
     with torch.no_grad():
@@ -80,11 +84,7 @@ def test_detections_are_drawn_with_ground_truth_on_best_worst_and_random_images(
 
 def test_every_outline_has_a_black_halo_and_ground_truth_is_not_green():
     torch.manual_seed(0)
-    module = TextDetectionModule(
-        DBNet(backbone_width=0.25, inner_channels=16, prob_prior=0.99),
-        DBLoss(),
-        optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
-    )
+    module = _detecting_module()
     module.eval()
     with torch.no_grad():
         (figure,) = module.report_figures(SimpleNamespace(datamodule=_ValImages()), samples=1)
@@ -107,11 +107,7 @@ class _OneImage(L.LightningDataModule):
 
 def test_a_validation_set_of_one_image_is_one_panel_without_empty_ones():
     torch.manual_seed(0)
-    module = TextDetectionModule(
-        DBNet(backbone_width=0.25, inner_channels=16, prob_prior=0.99),
-        DBLoss(),
-        optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
-    )
+    module = _detecting_module()
     module.eval()
     with torch.no_grad():
         (figure,) = module.report_figures(SimpleNamespace(datamodule=_OneImage()), samples=3)

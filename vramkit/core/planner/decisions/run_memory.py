@@ -32,13 +32,11 @@ from vramkit.core.planner.decisions.inference_plan import settle_inference_batch
 from vramkit.core.planner.decisions.task_plan import MemoryPlan
 from vramkit.core.planner.decisions.within_budget import BudgetOutcome, plan_within_budget
 from vramkit.core.planner.errors import DoesNotFitError, PlanningError
-from vramkit.core.planner.request import DEFAULTS_KEY, PlanRequest
+from vramkit.core.planner.request import BATCH_SIZE_KEYS, DEFAULTS_KEY, PlanRequest
 from vramkit.core.units import GIB
 
 Mode = Literal["device", "rehearsal", "host"]
 """How the run goes: a GPU run on its GPU, a GPU profile rehearsed on a CPU, a `cpu` run."""
-
-_FIELDS = (("batch_size", "train"), ("val_batch_size", "val"))
 
 
 @dataclass(frozen=True)
@@ -233,7 +231,7 @@ def _host_run(request: RunMemoryRequest) -> RunMemory:
     wanted = (request.plan.train_batch_size, request.plan.val_batch_size)
     sizes = (sizing.train.batch_size, sizing.val.batch_size)
     for (field, data_key), auto, asked, size in zip(
-        _FIELDS, request.searched, wanted, sizes, strict=True
+        BATCH_SIZE_KEYS, request.searched, wanted, sizes, strict=True
     ):
         if auto and size < asked:
             lines += (

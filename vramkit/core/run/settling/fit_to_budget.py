@@ -29,13 +29,15 @@ from vramkit.core.planner.decisions.run_memory import (
     RunMemoryRequest,
     decide_run_memory,
 )
-from vramkit.core.planner.request import batch_size_request, task_batch_defaults
+from vramkit.core.planner.request import (
+    BATCH_SIZE_KEYS,
+    batch_size_request,
+    task_batch_defaults,
+)
 from vramkit.core.run.settling.plan_request_from_config import plan_request
 
 FIT_DECISION = "fit_decision.json"
 """What the automatic fit decided, written into the run folder when the plan did not fit."""
-
-_FIELDS = ("batch_size", "val_batch_size")
 
 
 def plan_memory(
@@ -61,7 +63,7 @@ def plan_memory(
         defaults = task_batch_defaults(cfg)
         sizes = tuple(
             defaults.for_auto(field, source) if size is None else size
-            for field, size in zip(_FIELDS, asked.sizes, strict=True)
+            for (field, _), size in zip(BATCH_SIZE_KEYS, asked.sizes, strict=True)
         )
     request = RunMemoryRequest(
         plan=plan_request(cfg, profile, batch_sizes=sizes, with_remedies=False),

@@ -35,15 +35,15 @@ from vramkit.core.hardware.profile import (
     override_key,
     validate_profile,
 )
-from vramkit.core.planner.request import DEFAULTS_KEY, batch_size_request, task_batch_defaults
+from vramkit.core.planner.request import (
+    BATCH_SIZE_KEYS,
+    DEFAULTS_KEY,
+    batch_size_request,
+    task_batch_defaults,
+)
 
 if TYPE_CHECKING:
     from vramkit.core.planner.decisions.run_memory import Mode, RunMemory
-
-_DATA_DEFAULTS = (
-    ("batch_size", "train"),
-    ("val_batch_size", "val"),
-)
 
 ComposeWith = Callable[[Sequence[str]], DictConfig]
 """The config the user's overrides compose to with the given overrides appended."""
@@ -295,13 +295,13 @@ def resolve_batch_sizes(
     lines: Lines = ()
     updates: dict[str, int] = {}
     asked = batch_size_request(profile)
-    for (field, _), auto in zip(_DATA_DEFAULTS, asked.searched, strict=True):
-        if auto:
+    for (field, _), auto in zip(BATCH_SIZE_KEYS, asked.searched, strict=True):
+        if auto:  # the task's defaults are read only when asked for (a bad one is refused)
             updates[field] = task_batch_defaults(cfg).for_auto(field, source)
     if updates:
         taken = ", ".join(
             f"{field} {updates[field]} ({DEFAULTS_KEY}.{data_key})"
-            for field, data_key in _DATA_DEFAULTS
+            for field, data_key in BATCH_SIZE_KEYS
             if field in updates
         )
         lines += (f"batch sizes 'auto' take the task's stated defaults: {taken}",)
