@@ -169,7 +169,7 @@ def run_plain(cfg: DictConfig, *, max_steps: int | None = None) -> dict[str, flo
                 break
             marks.append(time.process_time())
             faults.append(minor_faults())
-            batch = to_model_inputs(batch)
+            batch = to_model_inputs(batch, channels_last=datamodule.settings.channels_last)
             losses = loss_fn(net(batch["image"]), batch)
             optimizer.zero_grad(set_to_none=True)
             losses["loss"].backward()

@@ -75,6 +75,8 @@ def test_an_unknown_gpu_gets_a_generic_profile_from_its_properties(device, preci
     assert profile.precision == precision
     assert profile.compile is compile_
     assert profile.bf16 is (device.capability >= (8, 0))
+    # NHWC where tensor cores serve it (sm_70+); the GTX 1080 Ti keeps NCHW
+    assert profile.channels_last is (device.capability >= (7, 0))
     assert "generic profile" in detection.reason
     # the raw values placed under cfg.hw pass the schema like any profile file
     assert validate_profile(detection.raw, detection.source) == profile

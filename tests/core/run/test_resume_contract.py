@@ -34,6 +34,7 @@ FIRST_RUN = ("+hw=cpu", "debug=smoke")
 def _model(cfg: DictConfig) -> torch.nn.Module:
     node = OmegaConf.create(OmegaConf.to_container(cfg.model, resolve=False))
     node.compile = False  # ${hw.compile} cannot resolve outside its config
+    node.channels_last = False  # nor ${hw.channels_last}
     return instantiate(node)
 
 
@@ -88,6 +89,8 @@ def test_settings_that_break_exactness_are_listed_with_the_way_to_start_afresh(
         "trainer.max_epochs=5",  # may change
         "hw.batch_size=2",  # per device: compared as settled (keep_trained_batch)
         "data.num_workers=2",  # how samples arrive, not which
+        "model.channels_last=false",  # the weights' layout, not their values
+        "data.channels_last=false",
     )
     with pytest.raises(ConfigError) as refused:
         check_resume(cfg)

@@ -87,10 +87,13 @@ MAY_CHANGE = (
     "data.persistent_workers",
     "data.val_batch_size",
     "data.val_cache",
+    "data.channels_last",
+    "model.channels_last",
 )
 """Keys under `COMPOSED_KEYS` that change how data arrives, not what trains: loader workers
-(each sample's augmentation is seeded by its index, not by a worker) and validation's batching
-and cache."""
+(each sample's augmentation is seeded by its index, not by a worker), validation's batching
+and cache, and the layout of images and convolution weights (``channels_last``: the same values
+in another order)."""
 
 NOT_APPLICABLE = {
     "seed": "the random streams and the data order continue from the checkpoint",
@@ -104,9 +107,9 @@ _EFFECTIVE_BATCH_KEYS = (
     "trainer.accumulate_grad_batches",
 )
 
-_MODEL_FLAGS = {"compile": False}
-"""Model settings that change nothing in its parameters, set so that building it for the shape
-check reads no hardware profile (``compile: ${hw.compile}`` needs one settled)."""
+_MODEL_FLAGS = {"compile": False, "channels_last": False}
+"""Model settings that change nothing in its parameters' names and shapes, set so that building it
+for the shape check reads no hardware profile (``compile: ${hw.compile}`` needs one settled)."""
 
 _ABSENT = "<absent>"
 """How a setting one of two configs lacks reads in a list of changes."""

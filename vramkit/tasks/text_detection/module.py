@@ -25,6 +25,7 @@ class TextDetectionModule(ScheduledOptimization, OOMResilientModule):
     Validation batches carry the original polygons and image sizes: the predicted probability
     map is post-processed into quadrilaterals in original image coordinates and matched with the
     ICDAR 2015 protocol, so ``val/hmean`` is the number the official evaluation would give.
+    With ``channels_last`` (the profile's ``hw.channels_last``) the network's weights are NHWC.
     """
 
     @classmethod
@@ -43,10 +44,13 @@ class TextDetectionModule(ScheduledOptimization, OOMResilientModule):
         lr_schedule: dict[str, Any] | None = None,
         postprocess: dict[str, Any] | None = None,
         compile: bool = False,
+        channels_last: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["net", "loss", "optimizer"])
-        self.net = net
+        # NHWC weights: with the images in NHWC too (data.channels_last) every convolution runs
+        # in it; a state dict loads into either layout (load_state_dict copies values).
+        self.net = net.to(memory_format=torch.channels_last) if channels_last else net
         self.loss = loss
         self.init_optimization(optimizer, lr_schedule, compile=compile, network="net")
         self.postprocess = PostprocessConfig(**(postprocess or {}))

@@ -34,6 +34,7 @@ def tiny_dbnet_config():
     content.pop("defaults")  # its schema: the class defaults its ??? keys take, merged below
     cfg = OmegaConf.merge(content, with_class_defaults(file_schema(content)))
     cfg.compile = False
+    cfg.channels_last = False
     cfg.net.backbone_width = 0.25
     cfg.net.inner_channels = 32
     return cfg

@@ -103,3 +103,23 @@ def test_validation_batches_keep_their_maps_as_loaded_and_training_batches_get_f
     trainer.state.stage = RunningStage.TRAINING
     inputs = datamodule.on_after_batch_transfer(_compact_batch(), 0)
     assert inputs["shrink_map"].dtype == inputs["shrink_mask"].dtype == torch.float32
+
+
+def test_channels_last_images_hold_the_same_values_laid_out_nhwc() -> None:
+    batch = _compact_batch(side=16)
+    nchw = to_model_inputs(batch)["image"]
+    nhwc = to_model_inputs(batch, channels_last=True)["image"]
+    assert nchw.is_contiguous() and not nhwc.is_contiguous()
+    assert nhwc.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(nhwc, nchw)
+
+
+def test_the_datamodule_sends_images_in_the_layout_it_was_given(tmp_path) -> None:
+    for channels_last in (False, True):
+        datamodule = TextDetectionDataModule(
+            synthetic={"num_train": 2, "num_val": 1, "image_size": 64},
+            data_root=str(tmp_path),
+            channels_last=channels_last,
+        )
+        image = datamodule.on_after_batch_transfer(_compact_batch(side=16), 0)["image"]
+        assert image.is_contiguous(memory_format=torch.channels_last) is channels_last

@@ -72,6 +72,21 @@ def test_dynamo_export_passes_the_checker_with_symbolic_sizes_and_matches_torch(
         nodes_of_modules(tmp_path / "dbnet.onnx", ["net.haed"])
 
 
+@pytest.mark.slow
+def test_a_channels_last_network_exports_in_nchw_and_keeps_its_own_layout(tmp_path):
+    # torch.export fails on NHWC weights with symbolic height and width (torch 2.13): the
+    # export works on an NCHW copy, and the network the caller trains goes on in NHWC.
+    net = tiny_dbnet().to(memory_format=torch.channels_last).train()
+    export_dbnet(net, tmp_path / "dbnet.onnx", sample_size=(64, 96))
+    assert net.training  # the caller's mode is left as it was too
+    onnx_net = OnnxDBNet(tmp_path / "dbnet.onnx", threads=1)
+    net.eval()
+    for shape in OTHER_SHAPES:
+        assert _max_diff(net, onnx_net, shape) < FP32_TOLERANCE
+    convolutions = [p for p in net.parameters() if p.dim() == 4]
+    assert all(p.is_contiguous(memory_format=torch.channels_last) for p in convolutions)
+
+
 def test_torchscript_export_runs_at_other_batches_and_sizes(exported):
     net, path = exported
     onnx_net = OnnxDBNet(path, threads=1)

@@ -91,7 +91,9 @@ _NEUTRAL_PREFIXES = (
     "data.persistent_workers",
     "data.val_cache",
     "data.val_batch_size",
+    "data.channels_last",
     "model.compile",
+    "model.channels_last",
 )
 # The last part of a key that names a place on disk (a folder, a root, a file).
 _LOCATION_SUFFIXES = ("_dir", "_root", "_path", "_file")

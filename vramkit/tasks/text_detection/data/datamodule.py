@@ -84,6 +84,10 @@ class TextDetectionDataSettings(LoaderSettings):
     """Training crop side (px)."""
     val_image_size: int = Field(640, gt=0, multiple_of=SIDE_MULTIPLE)
     """Side validation images are resized to (px)."""
+    channels_last: bool = False
+    """Float images made in NHWC (channels last), the layout of a network built with
+    ``model.channels_last``: the conversion writes them that way at no extra cost, where a
+    network handed NCHW images copies them into NHWC first."""
     prefetch_factor: int | None = Field(None, gt=0)
     """Batches each loader worker prepares ahead; null: PyTorch's default (2)."""
     strict: bool = False
@@ -274,7 +278,9 @@ class TextDetectionDataModule(L.LightningDataModule):
         """
         trainer = self.trainer
         evaluating = trainer is not None and (trainer.validating or trainer.sanity_checking)
-        batch = to_model_inputs(batch, maps=not evaluating)
+        batch = to_model_inputs(
+            batch, maps=not evaluating, channels_last=self.settings.channels_last
+        )
         if trainer is not None:
             batch = trainer.precision_plugin.convert_input(batch)
         return batch

@@ -16,6 +16,7 @@ for every size.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 from typing import Any
@@ -67,18 +68,17 @@ def export_dbnet(
         raise ValueError(f"sample_size must be multiples of {SIZE_MULTIPLE} px, got {sample_size}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    was_training = net.training
-    wrapper = ProbabilityMap(net).eval()
+    # A copy in NCHW, ONNX's layout: torch.export fails on NHWC weights (model.channels_last)
+    # with dynamic height and width (a ValueRangeError in its shape guards, torch 2.13), and the
+    # caller's network keeps its layout and its training mode.
+    wrapper = ProbabilityMap(copy.deepcopy(net).to(memory_format=torch.contiguous_format)).eval()
     example = torch.zeros(1, 3, height, width)
-    try:
-        if exporter == "dynamo":
-            _export_dynamo(wrapper, example, path, opset)
-        elif exporter == "torchscript":
-            _export_torchscript(wrapper, example, path, opset)
-        else:
-            raise ValueError(f"exporter must be 'dynamo' or 'torchscript', got {exporter!r}")
-    finally:
-        net.train(was_training)
+    if exporter == "dynamo":
+        _export_dynamo(wrapper, example, path, opset)
+    elif exporter == "torchscript":
+        _export_torchscript(wrapper, example, path, opset)
+    else:
+        raise ValueError(f"exporter must be 'dynamo' or 'torchscript', got {exporter!r}")
     model = onnx.load(str(path))
     # full_check also runs onnx's shape inference over the whole graph.
     onnx.checker.check_model(model, full_check=True)
