@@ -1,6 +1,7 @@
-"""What vramkit's Trainer costs on top of a plain PyTorch loop: same model, data and steps.
+"""What vramkit costs on top of bare Lightning, and both on top of a plain PyTorch loop: same
+model, data and steps.
 
-Both sides get the objects ``train.py`` builds from the same config, the default task's (a
+All sides get the objects ``train.py`` builds from the same config, the default task's (a
 quarter-width DBNet, 256 px crops of synthetic images, batch 16, the CPU profile, one loader
 worker) on a smaller rendered set, and run the same number of optimizer steps without
 validation:
@@ -10,14 +11,21 @@ validation:
   learning-rate monitor, bad-input report, throughput monitor, rich progress bar, memory
   monitor and hygiene) and the CSV logger. The WandB logger is left out: it starts a service
   process once per run, a fixed cost of seconds that does not grow with the run's length.
+- ``lightning``: the same network, loss, optimizer and schedule in a bare ``LightningModule``
+  (:class:`BareLightningModule`) fitted by a Lightning ``Trainer`` with nothing switched on (no
+  callbacks, logger, checkpoints, progress bar or summary).
 - ``plain``: ``for batch in loader: loss.backward(); optimizer.step(); scheduler.step()``.
 
-The two alternate (plain first, then vramkit first, ...) so drifting load hits both alike. Times
-are CPU seconds of this process (all its threads; the loader worker is left out, it does the
-same work for both), which a machine shared with other jobs disturbs far less than the wall
-clock. The headline ``overhead_pct`` is the median over repeats of the two back-to-back runs'
-difference: a best-of pairs the luckiest run of each side, which need not have met the same
-load. Best-of, per-side medians, steady-state steps and wall-clock numbers are recorded too.
+The three take turns (each first, second and third equally often) so drifting load hits all
+alike. Times are CPU seconds of this process (all its threads; the loader worker is left out,
+it does the same work for all), which a machine shared with other jobs disturbs far less than
+the wall clock. The headline ``overhead_pct`` is what issue #36 bounds, vramkit over bare
+Lightning: the median over repeats of the back-to-back runs' difference (a best-of pairs the
+luckiest run of each side, which need not have met the same load). The same against the plain
+loop (``overhead_over_plain_loop_pct``, the headline until 2026-11-29) also counts Lightning's
+own cost per step (its closure, hooks and result collection: about 10 ms of a 500 ms step here),
+which no vramkit change can remove. Best-of, per-side medians, steady-state steps and wall-clock
+numbers are recorded too.
 
 Each side's minor page faults per steady step are recorded beside its step time: a DBNet step
 on the CPU allocates and frees a few hundred MB through glibc's heap, and whenever glibc hands
@@ -188,15 +196,80 @@ def run_plain(cfg: DictConfig, *, max_steps: int | None = None) -> dict[str, flo
     }
 
 
+class BareLightningModule(L.LightningModule):
+    """The task module's network, loss, optimizer and schedule, and nothing of vramkit's: no OOM
+    guard, no logging."""
+
+    def __init__(self, module: Any) -> None:
+        super().__init__()
+        self.net, self.loss = module.net, module.loss
+        self.optimizer_factory, self.lr_schedule = module.optimizer_factory, module.lr_schedule
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        return self.loss(self.net(batch["image"]), batch)["loss"]
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = self.optimizer_factory(params=self.parameters())
+        return self.lr_schedule.lightning_config(
+            optimizer, int(self.trainer.estimated_stepping_batches)
+        )
+
+
+def run_lightning(cfg: DictConfig) -> dict[str, float]:
+    """``trainer.fit`` of :class:`BareLightningModule` in a Lightning ``Trainer`` with nothing
+    switched on: no callbacks, logger, checkpoints, progress bar or summary; the datamodule's
+    own batch conversion."""
+    datamodule, module = _built(cfg)
+    marks = StepStartMarks()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        precision=cfg.trainer.precision,
+        max_epochs=int(cfg.trainer.max_epochs),
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        callbacks=[marks],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=cfg.trainer.default_root_dir,
+    )
+    start, wall = time.process_time(), time.perf_counter()
+    trainer.fit(BareLightningModule(module), datamodule=datamodule)
+    end, wall = time.process_time(), time.perf_counter() - wall
+    return {
+        "cpu_seconds": end - start,
+        "wall_seconds": wall,
+        "steps": trainer.global_step,
+        "steady_step_seconds": steady_step_seconds(marks.marks),
+        "steady_step_faults": steady_step_faults(marks.faults),
+        **fit_phases(start, marks.marks, marks.train_end, end),
+    }
+
+
+SIDES = {"plain": run_plain, "lightning": run_lightning, "vramkit": run_vramkit}
+"""Each side's runner: a plain loop, bare Lightning, vramkit's Trainer and callbacks."""
+
+
 def _pct(vramkit: float, plain: float) -> float:
     return round(100.0 * (vramkit - plain) / plain, 2)
 
 
+def _paired(results: dict[str, list[dict[str, float]]], mine: str, theirs: str, key: str) -> list:
+    """Each repeat's ``mine`` minus ``theirs`` run: (difference in %, in seconds)."""
+    return [
+        (100.0 * (a[key] - b[key]) / b[key], a[key] - b[key])
+        for a, b in zip(results[mine], results[theirs], strict=True)
+    ]
+
+
 def run(repeats: int = 6, epochs: int = 2, extra_overrides: Sequence[str] = ()) -> dict:
-    """Alternate the two ``repeats`` times each; the overhead in %, paired median first."""
+    """Run the three sides ``repeats`` times each, taking turns; the overheads in %, paired
+    medians first."""
     quiet_libraries()
     torch.set_num_threads(1)  # one core computes, the other loads (the CPU profile's split)
-    results: dict[str, list[dict[str, float]]] = {"plain": [], "vramkit": []}
+    results: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
     with tempfile.TemporaryDirectory() as work, warnings.catch_warnings():
         # Without validation, ModelCheckpoint warns that val/hmean was never logged.
         warnings.filterwarnings("ignore", message=".*could not find the monitored key.*")
@@ -205,20 +278,21 @@ def run(repeats: int = 6, epochs: int = 2, extra_overrides: Sequence[str] = ()) 
             *OVERRIDES, f"trainer.max_epochs={epochs}", *extra_overrides, output_dir=Path(work)
         )
         run_plain(cfg, max_steps=2)  # untimed: renders the data, warms up every code path
+        names = list(SIDES)
         for repeat in range(repeats):
-            order = ("plain", "vramkit") if repeat % 2 == 0 else ("vramkit", "plain")
-            for side in order:
+            # each side takes each place in the order equally often: drifting load hits all
+            for side in names[repeat % len(names) :] + names[: repeat % len(names)]:
                 cfg = compose_run_config(
                     *OVERRIDES,
                     f"trainer.max_epochs={epochs}",
                     *extra_overrides,
                     output_dir=Path(work) / f"{side}_{repeat}",
                 )
-                runner = run_plain if side == "plain" else run_vramkit
-                results[side].append(runner(cfg))
+                results[side].append(SIDES[side](cfg))
     steps = {side: {int(r["steps"]) for r in runs} for side, runs in results.items()}
-    if len(steps["plain"] | steps["vramkit"]) != 1:
-        raise AssertionError(f"the two sides ran different numbers of steps: {steps}")
+    if len(set().union(*steps.values())) != 1:
+        raise AssertionError(f"the sides ran different numbers of steps: {steps}")
+    (step_count,) = steps["plain"]
     summary = {
         side: {
             f"{stat}_{key}": function(r[key] for r in runs)
@@ -227,78 +301,78 @@ def run(repeats: int = 6, epochs: int = 2, extra_overrides: Sequence[str] = ()) 
         }
         for side, runs in results.items()
     }
-    plain, vramkit = summary["plain"], summary["vramkit"]
-    plain_steady, vramkit_steady = (
-        statistics.median(r["steady_step_seconds"] for r in results[side])
-        for side in ("plain", "vramkit")
-    )
-    (step_count,) = steps["plain"]
-    paired = statistics.median(
-        100.0 * (mine["cpu_seconds"] - theirs["cpu_seconds"]) / theirs["cpu_seconds"]
-        for mine, theirs in zip(results["vramkit"], results["plain"], strict=True)
-    )
-    paired_ms = statistics.median(
-        1000 * (mine["cpu_seconds"] - theirs["cpu_seconds"]) / step_count
-        for mine, theirs in zip(results["vramkit"], results["plain"], strict=True)
-    )
+    steady = {
+        side: statistics.median(r["steady_step_seconds"] for r in results[side]) for side in SIDES
+    }
+
+    def paired_pct(mine: str, theirs: str, key: str = "cpu_seconds") -> float:
+        return round(statistics.median(pct for pct, _ in _paired(results, mine, theirs, key)), 2)
+
+    def paired_ms_per_step(mine: str, theirs: str) -> float:
+        seconds = statistics.median(d for _, d in _paired(results, mine, theirs, "cpu_seconds"))
+        return round(1000 * seconds / step_count, 1)
+
+    def phases(mine: str, theirs: str) -> dict[str, float]:
+        return {
+            phase: round(statistics.median(d for _, d in _paired(results, mine, theirs, phase)), 3)
+            for phase in ("setup_seconds", "steps_seconds", "closing_seconds")
+        }
+
+    plain, lightning, vramkit = (summary[side] for side in SIDES)
     return {
         "steps": step_count,
         "epochs": epochs,
         "repeats": repeats,
         "overrides": list(OVERRIDES) + list(extra_overrides),
-        # headline: each repeat's two runs ran back to back, so their difference cancels
-        # slow drifts of the load; the median over repeats
-        "overhead_pct": round(paired, 2),
-        "overhead_ms_per_step": round(paired_ms, 1),
-        "plain_seconds": round(plain["median_cpu_seconds"], 3),
-        "vramkit_seconds": round(vramkit["median_cpu_seconds"], 3),
-        "overhead_pct_median": _pct(vramkit["median_cpu_seconds"], plain["median_cpu_seconds"]),
-        "overhead_pct_best": _pct(vramkit["best_cpu_seconds"], plain["best_cpu_seconds"]),
+        # headline (#36's target, "over plain Lightning"): each repeat's runs ran back to back,
+        # so their difference cancels slow drifts of the load; the median over repeats
+        "overhead_pct": paired_pct("vramkit", "lightning"),
+        "overhead_ms_per_step": paired_ms_per_step("vramkit", "lightning"),
+        "overhead_pct_best": _pct(vramkit["best_cpu_seconds"], lightning["best_cpu_seconds"]),
+        "overhead_pct_wall": paired_pct("vramkit", "lightning", "wall_seconds"),
+        # the same against a plain PyTorch loop: Lightning's own cost counted too
+        "overhead_over_plain_loop_pct": paired_pct("vramkit", "plain"),
+        "overhead_over_plain_loop_ms_per_step": paired_ms_per_step("vramkit", "plain"),
+        "lightning_over_plain_loop_pct": paired_pct("lightning", "plain"),
+        **{f"{side}_seconds": round(summary[side]["median_cpu_seconds"], 3) for side in SIDES},
+        **{
+            f"{side}_wall_seconds": round(summary[side]["median_wall_seconds"], 3) for side in SIDES
+        },
         # steady state: per-step costs only, each side's median step over its repeats
-        "steady_step_ms_plain": round(1000 * plain_steady, 1),
-        "steady_step_ms_vramkit": round(1000 * vramkit_steady, 1),
-        "steady_step_overhead_pct": _pct(vramkit_steady, plain_steady),
+        **{f"steady_step_ms_{side}": round(1000 * steady[side], 1) for side in SIDES},
+        "steady_step_overhead_pct": _pct(steady["vramkit"], steady["lightning"]),
+        "steady_step_overhead_over_plain_loop_pct": _pct(steady["vramkit"], steady["plain"]),
         # minor page faults per steady step, each side's median over its repeats
         **{
             f"steady_step_faults_{side}": round(
                 statistics.median(r["steady_step_faults"] for r in results[side]), 1
             )
-            for side in ("plain", "vramkit")
+            for side in SIDES
         },
         "plain_spread_pct": _pct(
             max(r["cpu_seconds"] for r in results["plain"]), plain["best_cpu_seconds"]
         ),
         # where the difference sits: per phase, the median over repeats of the paired runs'
         # difference in CPU seconds (fit_phases)
-        "phase_overhead_seconds": {
-            phase: round(
-                statistics.median(
-                    mine[phase] - theirs[phase]
-                    for mine, theirs in zip(results["vramkit"], results["plain"], strict=True)
-                ),
-                3,
-            )
-            for phase in ("setup_seconds", "steps_seconds", "closing_seconds")
-        },
-        "plain_wall_seconds": round(plain["median_wall_seconds"], 3),
-        "vramkit_wall_seconds": round(vramkit["median_wall_seconds"], 3),
-        "overhead_pct_wall": _pct(vramkit["median_wall_seconds"], plain["median_wall_seconds"]),
+        "phase_overhead_seconds": phases("vramkit", "lightning"),
+        "phase_overhead_over_plain_loop_seconds": phases("vramkit", "plain"),
         "target_overhead_pct": TARGET_OVERHEAD_PCT,
         "all_runs": {
             side: [{key: round(value, 3) for key, value in r.items()} for r in runs]
             for side, runs in results.items()
         },
-        "timing": "CPU seconds of this process (all threads; the loader worker excluded); "
-        "overhead_pct (the headline) and overhead_ms_per_step: median over repeats of the two "
-        "back-to-back runs' difference; *_seconds and overhead_pct_median: each side's median "
-        "run; overhead_pct_best: best run of each side (as timeit); plain_spread_pct: how much "
+        "timing": "CPU seconds of this process (all threads; the loader worker excluded). "
+        "overhead_pct (the headline), overhead_ms_per_step, overhead_pct_wall: median over "
+        "repeats of the back-to-back runs' difference, vramkit against bare Lightning; "
+        "*_over_plain_loop_*: the same against the plain loop; overhead_pct_best: best run of "
+        "each side (as timeit); *_seconds: each side's median run; plain_spread_pct: how much "
         "the plain loop's slowest run took over its fastest (the noise floor); steady_step_* "
         "compare median step times after the first 3 steps (per-step costs without the fixed "
         "ones); steady_step_faults_*: minor page faults of the main thread per such step; "
-        "*_wall*: medians of the wall clock; phase_overhead_seconds: the paired difference "
-        "per phase of a run (setup: start to the first step; steps: first step to the end of "
-        "training, epoch ends and checkpoints included; closing: the end of training to the end "
-        "of the run, where vramkit writes its report)",
+        "phase_overhead_seconds: the paired difference per phase of a run (setup: start to the "
+        "first step; steps: first step to the end of training, epoch ends and checkpoints "
+        "included; closing: the end of training to the end of the run, where vramkit writes its "
+        "report)",
     }
 
 
@@ -313,9 +387,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     numbers = run(repeats=args.repeats, epochs=args.epochs)
     path = write_result("overhead", numbers, started=started, directory=args.out)
     print(
-        f"overhead: vramkit {numbers['vramkit_seconds']} s vs plain {numbers['plain_seconds']} s "
-        f"(medians) over {numbers['steps']} steps: {numbers['overhead_pct']}% paired median "
-        f"(best-of {numbers['overhead_pct_best']}%, wall {numbers['overhead_pct_wall']}%) -> {path}"
+        f"overhead: vramkit {numbers['vramkit_seconds']} s vs bare Lightning "
+        f"{numbers['lightning_seconds']} s vs a plain loop {numbers['plain_seconds']} s (medians) "
+        f"over {numbers['steps']} steps: {numbers['overhead_pct']}% over Lightning, paired median "
+        f"(best-of {numbers['overhead_pct_best']}%, wall {numbers['overhead_pct_wall']}%); "
+        f"{numbers['overhead_over_plain_loop_pct']}% over the plain loop -> {path}"
     )
     return numbers
 

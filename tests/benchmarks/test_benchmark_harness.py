@@ -121,7 +121,8 @@ def test_overhead_sides_take_the_same_steps(tmp_path: Path) -> None:
         ),
     )
     assert numbers["steps"] == 2
-    assert numbers["plain_seconds"] > 0 and numbers["vramkit_seconds"] > 0
+    assert min(numbers[f"{side}_seconds"] for side in ("plain", "lightning", "vramkit")) > 0
+    assert set(numbers["all_runs"]) == {"plain", "lightning", "vramkit"}
     (plain,) = numbers["all_runs"]["plain"]
     assert all(plain[phase] >= 0 for phase in ("setup_seconds", "steps_seconds"))
     phases = sum(plain[p] for p in ("setup_seconds", "steps_seconds", "closing_seconds"))
