@@ -43,7 +43,7 @@ test-wheel: install  ## build the wheel, install it apart from the checkout, run
 test-fast: install  ## the suite without the end-to-end runs
 	$(PY) -m pytest -q -n 2 --dist worksteal -m "not slow"
 
-bench: install  ## speed benchmarks; JSON results in benchmarks/results/ (under 10 minutes on 2 cores)
+bench: install  ## speed benchmarks; JSON results in benchmarks/results/ (about 26 minutes on 2 cores, docs/benchmarks.md)
 	$(PY) -m benchmarks.run_all
 
 lint: install  ## ruff, formatting, and the import contracts (core imports no task; no cycles)
