@@ -7,6 +7,9 @@ exported with ``scripts/export.py``'s code (dynamo exporter, opset 18) and quant
 does not depend on the weights' values, so fresh weights are timed; ``export.json`` of a real
 export records the accuracy side.
 
+PyTorch is timed twice: in NCHW, the reference of every speedup, and in NHWC (channels last),
+the layout every profile gives DBNet (``hw.channels_last``) and so what ``eval.py`` runs.
+
 Batch 1 at 640x640 and at the ICDAR 2015 size 1280x736 (height x width 736x1280). PyTorch and
 onnxruntime get the same number of intra-op threads; each count of ``--threads`` (default 1 and
 the usable cores) is timed. On a loaded machine, read the 1-thread numbers: PyTorch's OpenMP
@@ -23,6 +26,7 @@ writes ``results/inference.json``.
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import tempfile
 import time
@@ -49,6 +53,8 @@ SIZES = {"640x640": (640, 640), "1280x736": (736, 1280)}  # name → (height, wi
 MODELS = ("dbnet_tiny", "dbnet_r18")
 CALIBRATION_BATCHES = 8
 TARGET_SPEEDUP = 3.3  # what the project's brief hoped for from ONNX + int8 on CPU
+REFERENCE = "pytorch_eager_fp32"  # every speedup is over this: eager PyTorch, NCHW
+CHANNELS_LAST = "pytorch_eager_fp32_channels_last"  # eager PyTorch in NHWC (hw.channels_last)
 
 
 def _network(model: str) -> torch.nn.Module:
@@ -80,7 +86,19 @@ def _runners(
         with torch.inference_mode():
             return net(torch.from_numpy(images))["prob"]
 
-    runners: dict[str, Callable[[np.ndarray], Any]] = {"pytorch_eager_fp32": run_torch}
+    nhwc = copy.deepcopy(net).to(memory_format=torch.channels_last)
+
+    def run_torch_channels_last(images: np.ndarray) -> Any:
+        # eval.py's own layout under a profile's channels_last (the image's NHWC copy included)
+        with torch.inference_mode():
+            return nhwc(torch.from_numpy(images).contiguous(memory_format=torch.channels_last))[
+                "prob"
+            ]
+
+    runners: dict[str, Callable[[np.ndarray], Any]] = {
+        REFERENCE: run_torch,
+        CHANNELS_LAST: run_torch_channels_last,
+    }
     for name, path in models.items():
         session = make_session(path, threads=threads)
         runners[name] = lambda images, session=session: session.run(None, {INPUT_NAME: images})
@@ -135,7 +153,7 @@ def benchmark_model(
                 )
                 latencies = _time_backends(runners, images, rounds, warmup)
                 results = {name: _summary(values) for name, values in latencies.items()}
-                reference = results["pytorch_eager_fp32"]["latency_ms_median"]
+                reference = results[REFERENCE]["latency_ms_median"]
                 for entry in results.values():
                     entry["speedup_over_pytorch"] = round(reference / entry["latency_ms_median"], 2)
                 sizes[size_name] = results
@@ -175,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{model} {size} {threads}t": {
             name: entry["speedup_over_pytorch"]
             for name, entry in results["threads"][threads][size].items()
-            if name != "pytorch_eager_fp32"
+            if name not in (REFERENCE, CHANNELS_LAST)
         }
         for model, results in models.items()
         for threads in results["threads"]

@@ -39,6 +39,24 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+SPEED_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
+"""CPU instruction sets that change the numbers, recorded because a virtual machine's model name
+is often just "AMD EPYC": oneDNN and onnxruntime pick their kernels by them (VNNI's int8 dot
+products for quantised convolutions, AVX-512 for fp32)."""
+
+
+def _cpu_features() -> list[str]:
+    """Which of `SPEED_FEATURES` the CPU flags (Linux /proc/cpuinfo); [] where unknown."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return [feature for feature in SPEED_FEATURES if feature in flags]
+    except OSError:
+        pass
+    return []
+
+
 def _git_commit() -> str | None:
     try:
         result = subprocess.run(
@@ -86,6 +104,7 @@ def machine_facts() -> dict[str, Any]:
         "usable_cores": usable_cores(),
         "host_cores": os.cpu_count(),
         "cpu": _cpu_model(),
+        "cpu_features": _cpu_features(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "python": platform.python_version(),
         "torch": torch.__version__,

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import evaluation, overhead, run_all
+from benchmarks import evaluation, overhead, record, run_all
 from benchmarks.data_pipeline import measure_in_process
 from benchmarks.record import machine_facts, write_result
 from benchmarks.validation_ratio import last_logged
@@ -61,6 +61,7 @@ def test_result_file_holds_command_machine_and_numbers(tmp_path: Path) -> None:
     facts = machine_facts()
     assert result["machine"]["torch"] == facts["torch"]
     assert facts["usable_cores"] >= 1
+    assert set(facts["cpu_features"]) <= set(record.SPEED_FEATURES)
     steal = facts["cpu_steal_fraction"]
     assert steal is None or 0.0 <= steal <= 1.0
 
