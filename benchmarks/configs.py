@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import warnings
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from benchmarks.record import REPO_ROOT
-from vramkit.core.run.library_chatter import HIDDEN_WARNINGS
+from vramkit.core.run.library_chatter import OutputSettings, hide_library_chatter
 from vramkit.core.run.settling.compose import compose_config, settled_config
 from vramkit.core.run.settling.settle import Settlement, settle
 
@@ -61,9 +60,8 @@ def _user_overrides(overrides: tuple[str, ...], output_dir: Path) -> tuple[str, 
 
 
 def quiet_libraries() -> None:
-    """Keep Lightning's and Hydra's start-up chatter, and the warnings a run hides
-    (`HIDDEN_WARNINGS`), out of the benchmark output."""
+    """Keep Lightning's and Hydra's start-up chatter, and what a run hides
+    (`hide_library_chatter`), out of the benchmark output."""
     for name in ("lightning", "lightning.pytorch", "lightning.fabric", "vramkit"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    for message, category in HIDDEN_WARNINGS:
-        warnings.filterwarnings("ignore", message=message, category=category)
+    hide_library_chatter(OutputSettings())

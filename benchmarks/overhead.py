@@ -145,6 +145,14 @@ def run_vramkit(cfg: DictConfig) -> dict[str, float]:
     loggers = instantiate_group(cfg.get("logger"))
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     keep_working_callbacks(trainer, datamodule)  # as train.py does
+    return timed_fit(trainer, model, datamodule, marks)
+
+
+def timed_fit(
+    trainer: L.Trainer, model: L.LightningModule, datamodule: Any, marks: StepStartMarks
+) -> dict[str, float]:
+    """``trainer.fit(model)``: CPU and wall seconds, optimizer steps, steady steps and phases
+    (``marks`` is one of the trainer's callbacks)."""
     start, wall = time.process_time(), time.perf_counter()
     trainer.fit(model, datamodule=datamodule)
     end, wall = time.process_time(), time.perf_counter() - wall
@@ -235,17 +243,7 @@ def run_lightning(cfg: DictConfig) -> dict[str, float]:
         enable_model_summary=False,
         default_root_dir=cfg.trainer.default_root_dir,
     )
-    start, wall = time.process_time(), time.perf_counter()
-    trainer.fit(BareLightningModule(module), datamodule=datamodule)
-    end, wall = time.process_time(), time.perf_counter() - wall
-    return {
-        "cpu_seconds": end - start,
-        "wall_seconds": wall,
-        "steps": trainer.global_step,
-        "steady_step_seconds": steady_step_seconds(marks.marks),
-        "steady_step_faults": steady_step_faults(marks.faults),
-        **fit_phases(start, marks.marks, marks.train_end, end),
-    }
+    return timed_fit(trainer, BareLightningModule(module), datamodule, marks)
 
 
 SIDES = {"plain": run_plain, "lightning": run_lightning, "vramkit": run_vramkit}

@@ -29,14 +29,19 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def _cpu_model() -> str:
+def _cpuinfo(field: str) -> str | None:
+    """The first ``field`` line's value in Linux's /proc/cpuinfo; None where there is none."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def _cpu_model() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 SPEED_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
@@ -47,14 +52,8 @@ products for quantised convolutions, AVX-512 for fp32)."""
 
 def _cpu_features() -> list[str]:
     """Which of `SPEED_FEATURES` the CPU flags (Linux /proc/cpuinfo); [] where unknown."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                return [feature for feature in SPEED_FEATURES if feature in flags]
-    except OSError:
-        pass
-    return []
+    flags = set((_cpuinfo("flags") or "").split())
+    return [feature for feature in SPEED_FEATURES if feature in flags]
 
 
 def _git_commit() -> str | None:
